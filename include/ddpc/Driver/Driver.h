@@ -1,0 +1,69 @@
+//===- Driver.h - The one compile() used by the CLI and Python --*- C++ -*-===//
+//
+// Part of ddpc.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_DRIVER_DRIVER_H
+#define DDPC_DRIVER_DRIVER_H
+
+#include "ddpc/Import/ONNX/Importer.h"
+#include "ddpc/Pipelines/Pipelines.h"
+#include "ddpc/Target/CPU/ObjectEmitter.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddpc {
+
+/// What `compile` produces.
+enum class EmitKind {
+  MLIR,       ///< the imported IR (stage "import"), as text
+  LoweredMLIR,///< the IR in the LLVM dialect, as text
+  LLVMIR,     ///< optimized LLVM IR, as text
+  Object,     ///< relocatable object file (plus its glue, see ModelABI.h)
+  Executable, ///< native executable linked with the runtime
+};
+
+struct CompileOptions {
+  /// Path of the .onnx file (also sets ImportOptions::modelDir).
+  std::string inputPath;
+  /// Output path; "-" prints text kinds to stdout.
+  std::string outputPath;
+  std::string target = "cpu";
+  EmitKind emit = EmitKind::Executable;
+  ImportOptions import;
+  CPUPipelineOptions pipeline;
+  CPUTargetOptions cpu;
+  /// When set, writes the IR after import and after every pass as
+  /// DIR/NN_<pass>.mlir.
+  std::string dumpIRDir;
+  /// MLIR's --mlir-print-ir-after-all, to stderr.
+  bool printIRAfterAll = false;
+  /// Folder holding libddpc_runtime.a; empty means next to the executable
+  /// (`<bindir>/../lib`).
+  std::string runtimeLibDir;
+  /// Print progress lines to stderr.
+  bool verbose = false;
+};
+
+/// Exit codes of `compile`, also the CLI's.
+enum CompileStatus : int {
+  kCompileOk = 0,
+  kCompileError = 1,      ///< invalid model, bad option, I/O or tool failure
+  kCompileUnsupported = 2 ///< an op, attribute or dtype ddpc does not support
+};
+
+/// Compiles the model at `options.inputPath` (or `modelBytes` when not
+/// empty). Never leaves a half-written output: every file is written to a
+/// temporary and renamed. On failure `error` holds one line.
+int compile(const CompileOptions &options, std::string &error,
+            const std::string &modelBytes = "");
+
+/// Path of the running executable's folder, for locating the runtime.
+std::string defaultRuntimeLibDir(const char *argv0, void *mainAddr);
+
+} // namespace ddpc
+
+#endif // DDPC_DRIVER_DRIVER_H

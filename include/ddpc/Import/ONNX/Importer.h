@@ -1,0 +1,65 @@
+//===- Importer.h - ONNX model to MLIR import -------------------*- C++ -*-===//
+//
+// Part of ddpc. Converts an ONNX ModelProto into an MLIR module whose single
+// function `@main_graph` computes the graph on statically shaped tensors using
+// upstream dialects only (linalg on tensors, tensor, arith, math).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_IMPORT_ONNX_IMPORTER_H
+#define DDPC_IMPORT_ONNX_IMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace mlir {
+class MLIRContext;
+class DialectRegistry;
+} // namespace mlir
+
+namespace ddpc {
+
+/// Options that bind what the ONNX file leaves open.
+struct ImportOptions {
+  /// Values for symbolic dimensions, by `dim_param` name (`--dim NAME=VALUE`).
+  std::map<std::string, int64_t> dims;
+  /// Value for the leading dimension of every graph input when it is
+  /// symbolic or unknown (`--batch-size`).
+  std::optional<int64_t> batchSize;
+  /// Folder that external-data locations are resolved against. External data
+  /// may not escape this folder (no `..`, no absolute paths, no symlinks out).
+  std::string modelDir;
+  /// Run the ONNX library's checker and shape inference where they apply
+  /// (IR version <= 8, opset <= 17).
+  bool runChecker = true;
+};
+
+/// Why an import failed: `Unsupported` (an op, attribute or dtype that ddpc
+/// does not implement; the CLI exits with code 2) or `Invalid` (a malformed
+/// model or bad options; exit code 1).
+enum class ImportErrorKind { None, Invalid, Unsupported };
+
+struct ImportError {
+  ImportErrorKind kind = ImportErrorKind::None;
+  /// One line, naming the op type, node name, domain and opset where relevant.
+  std::string message;
+};
+
+/// Registers every dialect the importer produces.
+void registerImportDialects(mlir::DialectRegistry &registry);
+
+/// Parses `bytes` as a serialized ONNX ModelProto and imports it.
+/// On failure returns a null module and fills `error`.
+mlir::OwningOpRef<mlir::ModuleOp> importONNXModel(mlir::MLIRContext &context,
+                                                  const std::string &bytes,
+                                                  const ImportOptions &options,
+                                                  ImportError &error);
+
+} // namespace ddpc
+
+#endif // DDPC_IMPORT_ONNX_IMPORTER_H

@@ -1,0 +1,331 @@
+//===- Builders.cpp - linalg-on-tensors building helpers ------------------===//
+//
+// Part of ddpc. Shape-static helpers shared by the op importers: numpy
+// broadcasting (ONNX Broadcasting.md), elementwise and reduction generics,
+// reshapes and scalar casts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GraphImporter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+
+namespace ddpc::onnx_import {
+
+bool isFloatDType(int32_t t) {
+  return t == kFloat || t == kDouble || t == kFloat16 || t == kBFloat16;
+}
+bool isUnsignedDType(int32_t t) {
+  return t == kUInt8 || t == kUInt16 || t == kUInt32 || t == kUInt64;
+}
+bool isSignedIntDType(int32_t t) {
+  return t == kInt8 || t == kInt16 || t == kInt32 || t == kInt64;
+}
+
+const char *dtypeName(int32_t t) {
+  switch (t) {
+  case kFloat:
+    return "float32";
+  case kUInt8:
+    return "uint8";
+  case kInt8:
+    return "int8";
+  case kUInt16:
+    return "uint16";
+  case kInt16:
+    return "int16";
+  case kInt32:
+    return "int32";
+  case kInt64:
+    return "int64";
+  case kString:
+    return "string";
+  case kBool:
+    return "bool";
+  case kFloat16:
+    return "float16";
+  case kDouble:
+    return "float64";
+  case kUInt32:
+    return "uint32";
+  case kUInt64:
+    return "uint64";
+  case kBFloat16:
+    return "bfloat16";
+  default:
+    return "unsupported dtype";
+  }
+}
+
+int64_t numElements(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    return failure();
+  return axis < 0 ? axis + rank : axis;
+}
+
+FailureOr<SmallVector<int64_t>>
+broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes) {
+  size_t rank = 0;
+  for (auto s : shapes)
+    rank = std::max(rank, s.size());
+  SmallVector<int64_t> out(rank, 1);
+  for (auto s : shapes) {
+    size_t off = rank - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t d = s[i];
+      int64_t &o = out[off + i];
+      if (d == o || d == 1)
+        continue;
+      if (o == 1) {
+        o = d;
+        continue;
+      }
+      return failure();
+    }
+  }
+  return out;
+}
+
+/// Indexing map that reads `inShape` broadcast into an iteration space of
+/// `outRank` dims (trailing alignment; size-1 dims read index 0).
+static AffineMap broadcastMap(MLIRContext *ctx, ArrayRef<int64_t> inShape,
+                              ArrayRef<int64_t> outShape, unsigned numDims) {
+  SmallVector<AffineExpr> exprs;
+  size_t off = outShape.size() - inShape.size();
+  for (size_t i = 0; i < inShape.size(); ++i) {
+    if (inShape[i] == 1 && outShape[off + i] != 1)
+      exprs.push_back(getAffineConstantExpr(0, ctx));
+    else
+      exprs.push_back(getAffineDimExpr(off + i, ctx));
+  }
+  return AffineMap::get(numDims, 0, exprs, ctx);
+}
+
+Value buildGeneric(OpBuilder &b, Location loc, ValueRange inputs,
+                   ArrayRef<AffineMap> inputMaps, ArrayRef<int64_t> outShape,
+                   Type resultElem, unsigned numReductionDims,
+                   std::optional<TypedAttr> init, ScalarBodyFn body) {
+  MLIRContext *ctx = b.getContext();
+  unsigned numDims = outShape.size() + numReductionDims;
+  Value out = tensor::EmptyOp::create(b, loc, outShape, resultElem);
+  if (init) {
+    Value initV = arith::ConstantOp::create(b, loc, *init);
+    out = linalg::FillOp::create(b, loc, initV, out).getResult(0);
+  }
+  SmallVector<AffineMap> maps(inputMaps.begin(), inputMaps.end());
+  SmallVector<AffineExpr> outExprs;
+  for (unsigned i = 0; i < outShape.size(); ++i)
+    outExprs.push_back(getAffineDimExpr(i, ctx));
+  maps.push_back(AffineMap::get(numDims, 0, outExprs, ctx));
+  SmallVector<utils::IteratorType> iters(outShape.size(),
+                                         utils::IteratorType::parallel);
+  iters.append(numReductionDims, utils::IteratorType::reduction);
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{out.getType()}, inputs, ValueRange{out}, maps, iters,
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value r = body(nb, nloc, args);
+        linalg::YieldOp::create(nb, nloc, r);
+      });
+  return generic.getResult(0);
+}
+
+Value buildElementwise(OpBuilder &b, Location loc, ValueRange inputs,
+                       ArrayRef<int64_t> outShape, Type resultElem,
+                       ScalarBodyFn body) {
+  SmallVector<AffineMap> maps;
+  for (Value in : inputs) {
+    auto t = cast<RankedTensorType>(in.getType());
+    maps.push_back(broadcastMap(b.getContext(), t.getShape(), outShape,
+                                outShape.size()));
+  }
+  return buildGeneric(b, loc, inputs, maps, outShape, resultElem, 0,
+                      std::nullopt, body);
+}
+
+Value buildReduction(OpBuilder &b, Location loc, Value input,
+                     ArrayRef<int64_t> axes, bool keepDims, TypedAttr initValue,
+                     ScalarBodyFn combine) {
+  MLIRContext *ctx = b.getContext();
+  auto inType = cast<RankedTensorType>(input.getType());
+  int64_t rank = inType.getRank();
+  // Iteration space: kept dims first (in order), then reduced dims.
+  SmallVector<int64_t> outShape;
+  SmallVector<AffineExpr> inExprs(rank);
+  unsigned nKept = 0;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!llvm::is_contained(axes, d))
+      ++nKept;
+  unsigned keptIdx = 0, redIdx = nKept;
+  SmallVector<int64_t> keptShape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (llvm::is_contained(axes, d)) {
+      inExprs[d] = getAffineDimExpr(redIdx++, ctx);
+    } else {
+      inExprs[d] = getAffineDimExpr(keptIdx++, ctx);
+      keptShape.push_back(inType.getDimSize(d));
+    }
+  }
+  unsigned numDims = rank;
+  AffineMap inMap = AffineMap::get(numDims, 0, inExprs, ctx);
+  Value reduced =
+      buildGeneric(b, loc, ValueRange{input}, {inMap}, keptShape,
+                   inType.getElementType(), rank - nKept, initValue,
+                   [&](OpBuilder &nb, Location nloc, ValueRange args) {
+                     return combine(nb, nloc, ValueRange{args[1], args[0]});
+                   });
+  if (!keepDims)
+    return reduced;
+  for (int64_t d = 0; d < rank; ++d)
+    outShape.push_back(llvm::is_contained(axes, d) ? 1 : inType.getDimSize(d));
+  return buildReshape(b, loc, reduced, outShape);
+}
+
+Value buildReshape(OpBuilder &b, Location loc, Value input,
+                   ArrayRef<int64_t> newShape) {
+  auto inType = cast<RankedTensorType>(input.getType());
+  if (inType.getShape() == newShape)
+    return input;
+  auto outType = RankedTensorType::get(newShape, inType.getElementType());
+  // Collapse to 1-D (or 0-D), then expand: always valid for static shapes.
+  Value flat = input;
+  if (inType.getRank() > 1) {
+    ReassociationIndices all;
+    for (int64_t i = 0; i < inType.getRank(); ++i)
+      all.push_back(i);
+    flat = tensor::CollapseShapeOp::create(b, loc, input,
+                                           ArrayRef<ReassociationIndices>{all});
+  }
+  auto flatType = cast<RankedTensorType>(flat.getType());
+  if (flatType.getShape() == newShape)
+    return flat;
+  if (newShape.empty()) {
+    // 1-D of one element (or 0-D) -> 0-D.
+    if (flatType.getRank() == 0)
+      return flat;
+    return tensor::CollapseShapeOp::create(b, loc, outType, flat,
+                                           ArrayRef<ReassociationIndices>{});
+  }
+  if (flatType.getRank() == 0) {
+    // 0-D -> [1, 1, ...]
+    return tensor::ExpandShapeOp::create(b, loc, outType, flat,
+                                         ArrayRef<ReassociationIndices>{});
+  }
+  if (newShape.size() == 1)
+    return flat;
+  ReassociationIndices all;
+  for (size_t i = 0; i < newShape.size(); ++i)
+    all.push_back(i);
+  return tensor::ExpandShapeOp::create(b, loc, outType, flat,
+                                       ArrayRef<ReassociationIndices>{all});
+}
+
+Value buildPad(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> low,
+               ArrayRef<int64_t> high, TypedAttr padValue) {
+  if (llvm::all_of(low, [](int64_t v) { return v == 0; }) &&
+      llvm::all_of(high, [](int64_t v) { return v == 0; }))
+    return input;
+  auto t = cast<RankedTensorType>(input.getType());
+  SmallVector<int64_t> shape(t.getShape().begin(), t.getShape().end());
+  SmallVector<OpFoldResult> lo, hi;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    shape[d] += low[d] + high[d];
+    lo.push_back(b.getIndexAttr(low[d]));
+    hi.push_back(b.getIndexAttr(high[d]));
+  }
+  Value pv = arith::ConstantOp::create(b, loc, padValue);
+  return tensor::PadOp::create(
+      b, loc, RankedTensorType::get(shape, t.getElementType()), input, lo, hi,
+      pv);
+}
+
+TypedAttr scalarAttr(Type type, double v) {
+  if (auto ft = dyn_cast<FloatType>(type))
+    return FloatAttr::get(ft, v);
+  auto it = cast<IntegerType>(type);
+  if (it.getWidth() == 1)
+    return IntegerAttr::get(it, v != 0 ? 1 : 0);
+  return IntegerAttr::get(it, static_cast<int64_t>(v));
+}
+
+Value scalarConst(OpBuilder &b, Location loc, Type type, double v) {
+  return arith::ConstantOp::create(b, loc, scalarAttr(type, v));
+}
+
+TypedAttr lowestAttr(Type type, bool isUnsigned) {
+  if (auto ft = dyn_cast<FloatType>(type))
+    return FloatAttr::get(
+        ft, APFloat::getInf(ft.getFloatSemantics(), /*Negative=*/true));
+  auto it = cast<IntegerType>(type);
+  unsigned w = it.getWidth();
+  APInt v = (isUnsigned || w == 1) ? APInt::getMinValue(w)
+                                   : APInt::getSignedMinValue(w);
+  return IntegerAttr::get(it, v);
+}
+
+TypedAttr highestAttr(Type type, bool isUnsigned) {
+  if (auto ft = dyn_cast<FloatType>(type))
+    return FloatAttr::get(
+        ft, APFloat::getInf(ft.getFloatSemantics(), /*Negative=*/false));
+  auto it = cast<IntegerType>(type);
+  unsigned w = it.getWidth();
+  APInt v = (isUnsigned || w == 1) ? APInt::getMaxValue(w)
+                                   : APInt::getSignedMaxValue(w);
+  return IntegerAttr::get(it, v);
+}
+
+Value castScalar(OpBuilder &b, Location loc, Value v, int32_t from, int32_t to,
+                 Type toType) {
+  Type fromType = v.getType();
+  if (fromType == toType)
+    return v;
+  bool fromF = isa<FloatType>(fromType), toF = isa<FloatType>(toType);
+  if (fromF && toF) {
+    if (cast<FloatType>(fromType).getWidth() < cast<FloatType>(toType).getWidth())
+      return arith::ExtFOp::create(b, loc, toType, v);
+    return arith::TruncFOp::create(b, loc, toType, v);
+  }
+  if (to == kBool) {
+    // Nonzero -> true.
+    if (fromF)
+      return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v,
+                                   scalarConst(b, loc, fromType, 0.0));
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, v,
+                                 scalarConst(b, loc, fromType, 0));
+  }
+  if (fromF) {
+    if (isUnsignedDType(to))
+      return arith::FPToUIOp::create(b, loc, toType, v);
+    return arith::FPToSIOp::create(b, loc, toType, v);
+  }
+  bool fromUnsigned = isUnsignedDType(from) || from == kBool;
+  if (toF) {
+    if (fromUnsigned)
+      return arith::UIToFPOp::create(b, loc, toType, v);
+    return arith::SIToFPOp::create(b, loc, toType, v);
+  }
+  unsigned fw = cast<IntegerType>(fromType).getWidth();
+  unsigned tw = cast<IntegerType>(toType).getWidth();
+  if (fw < tw) {
+    if (fromUnsigned)
+      return arith::ExtUIOp::create(b, loc, toType, v);
+    return arith::ExtSIOp::create(b, loc, toType, v);
+  }
+  return arith::TruncIOp::create(b, loc, toType, v);
+}
+
+} // namespace ddpc::onnx_import

@@ -1,0 +1,326 @@
+//===- Conv.cpp - Import of ONNX Conv and pooling ops ---------------------===//
+//
+// Part of ddpc. Conv (N-d, groups, dilations, strides, explicit or auto
+// padding), MaxPool, AveragePool (count_include_pad, ceil_mode),
+// GlobalAveragePool and GlobalMaxPool, following the ONNX operator spec
+// (Operators.md, "Conv" and "MaxPool" output-shape formulas).
+//
+// Conv is one contraction linalg.generic over [N, G, M/G, O... | C/G, K...]
+// reading the zero-padded input at o*s + k*d.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GraphImporter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+using namespace mlir;
+
+namespace ddpc::onnx_import {
+namespace {
+
+/// Spatial geometry of a windowed op.
+struct Window {
+  SmallVector<int64_t> kernel, strides, dilations, padBegin, padEnd, out;
+};
+
+/// Computes output sizes and pads from the attributes. `extraEnd` receives
+/// additional end padding needed by ceil_mode windows.
+LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
+                            ArrayRef<int64_t> kernel, bool ceilMode,
+                            Window &w) {
+  size_t k = inSpatial.size();
+  w.kernel.assign(kernel.begin(), kernel.end());
+  if (w.kernel.size() != k)
+    return ctx.invalid("kernel_shape has " + Twine(w.kernel.size()) +
+                       " dims, expected " + Twine(k));
+  w.strides = ctx.attrInts("strides");
+  if (w.strides.empty())
+    w.strides.assign(k, 1);
+  w.dilations = ctx.attrInts("dilations");
+  if (w.dilations.empty())
+    w.dilations.assign(k, 1);
+  if (w.strides.size() != k || w.dilations.size() != k)
+    return ctx.invalid("strides/dilations have the wrong length");
+  for (size_t i = 0; i < k; ++i)
+    if (w.strides[i] <= 0 || w.dilations[i] <= 0 || w.kernel[i] <= 0)
+      return ctx.invalid("kernel, strides and dilations must be positive");
+  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
+  SmallVector<int64_t> pads = ctx.attrInts("pads");
+  w.padBegin.assign(k, 0);
+  w.padEnd.assign(k, 0);
+  w.out.assign(k, 0);
+  for (size_t i = 0; i < k; ++i) {
+    int64_t in = inSpatial[i], s = w.strides[i];
+    int64_t ext = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      int64_t out = (in + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
+      int64_t small = total / 2, big = total - small;
+      w.padBegin[i] = autoPad == "SAME_UPPER" ? small : big;
+      w.padEnd[i] = total - w.padBegin[i];
+      w.out[i] = out;
+      continue;
+    }
+    if (autoPad == "VALID") {
+      w.out[i] = (in - ext) / s + 1;
+      if (in < ext)
+        return ctx.invalid("kernel larger than the input");
+      continue;
+    }
+    if (autoPad != "NOTSET")
+      return ctx.unsupported("auto_pad='" + autoPad + "'");
+    if (!pads.empty()) {
+      if (pads.size() != 2 * k)
+        return ctx.invalid("pads has the wrong length");
+      w.padBegin[i] = pads[i];
+      w.padEnd[i] = pads[i + k];
+    }
+    int64_t span = in + w.padBegin[i] + w.padEnd[i] - ext;
+    if (span < 0)
+      return ctx.invalid("kernel larger than the padded input");
+    int64_t out = ceilMode ? (span + s - 1) / s + 1 : span / s + 1;
+    // A ceil-mode window must start inside the input or the begin padding.
+    if (ceilMode && (out - 1) * s >= in + w.padBegin[i])
+      --out;
+    w.out[i] = out;
+  }
+  return success();
+}
+
+/// End padding so that every window of `w` lies inside the padded input.
+SmallVector<int64_t> fullPadEnd(ArrayRef<int64_t> inSpatial, const Window &w) {
+  SmallVector<int64_t> end;
+  for (size_t i = 0; i < inSpatial.size(); ++i) {
+    int64_t need = (w.out[i] - 1) * w.strides[i] +
+                   (w.kernel[i] - 1) * w.dilations[i] + 1;
+    end.push_back(std::max(w.padEnd[i], need - inSpatial[i] - w.padBegin[i]));
+  }
+  return end;
+}
+
+LogicalResult importConv(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"auto_pad", "dilations", "group", "kernel_shape",
+                             "pads", "strides"})))
+    return failure();
+  TValue x = ctx.input(0), w = ctx.input(1);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (x.dtype != w.dtype)
+    return ctx.invalid("X and W have different dtypes");
+  int64_t rank = x.rank();
+  if (rank < 3 || w.rank() != rank)
+    return ctx.invalid("X and W must have the same rank >= 3");
+  int64_t k = rank - 2;
+  int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0];
+  int64_t g = ctx.attrInt("group", 1);
+  if (g <= 0 || c % g != 0 || m % g != 0 || w.shape()[1] != c / g)
+    return ctx.invalid("channels (" + Twine(c) + ", " + Twine(m) +
+                       ") do not match group " + Twine(g) +
+                       " and W's shape");
+  SmallVector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  SmallVector<int64_t> ks = ctx.attrInts("kernel_shape");
+  if (!ks.empty() && ArrayRef<int64_t>(ks) != ArrayRef<int64_t>(kernel))
+    return ctx.invalid("kernel_shape does not match W");
+  SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
+  Window win;
+  if (failed(computeWindow(ctx, inSpatial, kernel, false, win)))
+    return failure();
+
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  MLIRContext *mctx = b.getContext();
+  Type elem = x.elementType();
+  SmallVector<int64_t> low(2, 0), high(2, 0);
+  low.append(win.padBegin);
+  high.append(fullPadEnd(inSpatial, win));
+  Value xp = buildPad(b, loc, x.value, low, high, scalarAttr(elem, 0.0));
+  auto xpShape = cast<RankedTensorType>(xp.getType()).getShape();
+  // [N, G, C/G, P...] and [G, M/G, C/G, K...].
+  SmallVector<int64_t> xg{n, g, c / g};
+  xg.append(xpShape.begin() + 2, xpShape.end());
+  SmallVector<int64_t> wg{g, m / g, c / g};
+  wg.append(kernel);
+  Value xv = buildReshape(b, loc, xp, xg);
+  Value wv = buildReshape(b, loc, w.value, wg);
+  // Dims: n=0, g=1, m=2, o_i=3+i, c=3+k, k_i=4+k+i.
+  unsigned numDims = 4 + 2 * k;
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, mctx); };
+  SmallVector<AffineExpr> xe{d(0), d(1), d(3 + k)}, we{d(1), d(2), d(3 + k)};
+  for (int64_t i = 0; i < k; ++i) {
+    xe.push_back(d(3 + i) * win.strides[i] + d(4 + k + i) * win.dilations[i]);
+    we.push_back(d(4 + k + i));
+  }
+  SmallVector<int64_t> outShape{n, g, m / g};
+  outShape.append(win.out);
+  Value r = buildGeneric(
+      b, loc, ValueRange{xv, wv},
+      {AffineMap::get(numDims, 0, xe, mctx),
+       AffineMap::get(numDims, 0, we, mctx)},
+      outShape, elem, 1 + k, scalarAttr(elem, 0.0),
+      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::AddFOp::create(nb, l, a[2],
+                                     arith::MulFOp::create(nb, l, a[0], a[1]));
+      });
+  SmallVector<int64_t> finalShape{n, m};
+  finalShape.append(win.out);
+  r = buildReshape(b, loc, r, finalShape);
+  if (ctx.hasInput(2)) {
+    TValue bias = ctx.input(2);
+    if (bias.rank() != 1 || bias.shape()[0] != m)
+      return ctx.invalid("B must have shape [M]");
+    SmallVector<int64_t> bs{m};
+    bs.append(k, 1);
+    Value bv = buildReshape(b, loc, bias.value, bs);
+    r = buildElementwise(b, loc, ValueRange{r, bv}, finalShape, elem,
+                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return arith::AddFOp::create(nb, l, a[0], a[1]);
+                         });
+  }
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+LogicalResult importPool(NodeContext &ctx, bool isMax) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype) && !(isMax && x.dtype != kBool))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (ctx.hasOutput(1))
+    return ctx.unsupported("the Indices output of MaxPool");
+  if (ctx.attrInt("storage_order", 0) != 0)
+    return ctx.unsupported("storage_order=1");
+  int64_t rank = x.rank();
+  if (rank < 3)
+    return ctx.invalid("input must have rank >= 3");
+  int64_t k = rank - 2;
+  SmallVector<int64_t> kernel = ctx.attrInts("kernel_shape");
+  if ((int64_t)kernel.size() != k)
+    return ctx.invalid("kernel_shape is required with one entry per spatial "
+                       "dim");
+  SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
+  Window win;
+  bool ceilMode = ctx.attrInt("ceil_mode", 0) != 0;
+  if (failed(computeWindow(ctx, inSpatial, kernel, ceilMode, win)))
+    return failure();
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  MLIRContext *mctx = b.getContext();
+  Type elem = x.elementType();
+  bool isU = isUnsignedDType(x.dtype);
+  SmallVector<int64_t> low(2, 0), high(2, 0);
+  low.append(win.padBegin);
+  high.append(fullPadEnd(inSpatial, win));
+  TypedAttr padValue = isMax ? lowestAttr(elem, isU) : scalarAttr(elem, 0.0);
+  Value xp = buildPad(b, loc, x.value, low, high, padValue);
+  // Dims: [n, c, o..., k...]; the kernel dims come from a dummy input.
+  unsigned numDims = 2 + 2 * k;
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, mctx); };
+  SmallVector<AffineExpr> xe{d(0), d(1)}, ke;
+  for (int64_t i = 0; i < k; ++i) {
+    xe.push_back(d(2 + i) * win.strides[i] + d(2 + k + i) * win.dilations[i]);
+    ke.push_back(d(2 + k + i));
+  }
+  Value kernelT = tensor::EmptyOp::create(b, loc, kernel, elem);
+  SmallVector<int64_t> outShape{x.shape()[0], x.shape()[1]};
+  outShape.append(win.out);
+  bool isF = isa<FloatType>(elem);
+  Value r = buildGeneric(
+      b, loc, ValueRange{xp, kernelT},
+      {AffineMap::get(numDims, 0, xe, mctx),
+       AffineMap::get(numDims, 0, ke, mctx)},
+      outShape, elem, k, isMax ? lowestAttr(elem, isU) : scalarAttr(elem, 0.0),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        if (!isMax)
+          return arith::AddFOp::create(nb, l, a[2], a[0]);
+        if (isF)
+          return arith::MaximumFOp::create(nb, l, a[2], a[0]);
+        return isU ? arith::MaxUIOp::create(nb, l, a[2], a[0]).getResult()
+                   : arith::MaxSIOp::create(nb, l, a[2], a[0]).getResult();
+      });
+  if (!isMax) {
+    // Divisor per output position: window elements inside the input (or
+    // inside input + explicit pads with count_include_pad), separable per dim.
+    bool includePad = ctx.attrInt("count_include_pad", 0) != 0;
+    SmallVector<float> divisor(numElements(win.out), 1.0f);
+    int64_t stride = numElements(win.out);
+    for (int64_t i = 0; i < k; ++i) {
+      stride /= win.out[i];
+      int64_t lo = includePad ? -win.padBegin[i] : 0;
+      int64_t hi = inSpatial[i] + (includePad ? win.padEnd[i] : 0);
+      for (int64_t idx = 0; idx < (int64_t)divisor.size(); ++idx) {
+        int64_t o = (idx / stride) % win.out[i];
+        int64_t cnt = 0;
+        for (int64_t kk = 0; kk < win.kernel[i]; ++kk) {
+          int64_t pos = o * win.strides[i] + kk * win.dilations[i] -
+                        win.padBegin[i];
+          cnt += pos >= lo && pos < hi;
+        }
+        divisor[idx] *= cnt;
+      }
+    }
+    auto divType = RankedTensorType::get(win.out, b.getF32Type());
+    Value div = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(divType, ArrayRef<float>(divisor)));
+    r = buildElementwise(b, loc, ValueRange{r, div}, outShape, elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           Value dv = a[1];
+                           if (dv.getType() != elem)
+                             dv = castScalar(nb, l, dv, kFloat, x.dtype, elem);
+                           return arith::DivFOp::create(nb, l, a[0], dv);
+                         });
+  }
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+LogicalResult importGlobalPool(NodeContext &ctx, bool isMax) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  if (rank < 3)
+    return ctx.invalid("input must have rank >= 3");
+  SmallVector<int64_t> axes;
+  int64_t count = 1;
+  for (int64_t d = 2; d < rank; ++d) {
+    axes.push_back(d);
+    count *= x.shape()[d];
+  }
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  Value r = buildReduction(
+      b, loc, x.value, axes, true,
+      isMax ? lowestAttr(elem, false) : scalarAttr(elem, 0.0),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        if (isMax)
+          return arith::MaximumFOp::create(nb, l, a[0], a[1]);
+        return arith::AddFOp::create(nb, l, a[0], a[1]);
+      });
+  if (!isMax) {
+    auto shape = cast<RankedTensorType>(r.getType()).getShape();
+    r = buildElementwise(b, loc, r, shape, elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return arith::DivFOp::create(
+                               nb, l, a[0], scalarConst(nb, l, elem, count));
+                         });
+  }
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+} // namespace
+
+void registerConvOps(OpRegistry &r) {
+  r.add("Conv", importConv);
+  r.add("MaxPool", [](NodeContext &c) { return importPool(c, true); });
+  r.add("AveragePool", [](NodeContext &c) { return importPool(c, false); });
+  r.add("GlobalAveragePool",
+        [](NodeContext &c) { return importGlobalPool(c, false); });
+  r.add("GlobalMaxPool",
+        [](NodeContext &c) { return importGlobalPool(c, true); });
+}
+
+} // namespace ddpc::onnx_import

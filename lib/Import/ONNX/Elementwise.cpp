@@ -1,0 +1,566 @@
+//===- Elementwise.cpp - Import of ONNX elementwise ops -------------------===//
+//
+// Part of ddpc. Unary, binary (numpy broadcasting) and variadic elementwise
+// ops, comparisons, logic, Where, Clip and Cast. Each becomes one
+// all-parallel linalg.generic. Integer ops on import-time constants (shape
+// arithmetic) are folded on the host.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GraphImporter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace ddpc::onnx_import {
+namespace {
+
+/// Scalar semantics: builds the result from the input scalars. `dtype` is
+/// the ONNX dtype of the (first) input.
+using ScalarFn = std::function<Value(OpBuilder &, Location, ValueRange,
+                                     int32_t dtype, NodeContext &)>;
+
+bool isF(Value v) { return isa<FloatType>(v.getType()); }
+
+/// Host-side evaluation of an integer binary op for constant shape tensors.
+std::optional<int64_t> foldIntBinary(StringRef op, int64_t a, int64_t b) {
+  if (op == "Add")
+    return a + b;
+  if (op == "Sub")
+    return a - b;
+  if (op == "Mul")
+    return a * b;
+  if (op == "Div")
+    return b == 0 ? std::optional<int64_t>() : a / b;
+  if (op == "Max")
+    return std::max(a, b);
+  if (op == "Min")
+    return std::min(a, b);
+  return std::nullopt;
+}
+
+LogicalResult tryFoldIntBinary(NodeContext &ctx) {
+  if (ctx.numInputs() != 2 || !ctx.constInput(0) || !ctx.constInput(1))
+    return failure();
+  auto a = *ctx.constInput(0), b = *ctx.constInput(1);
+  auto at = cast<RankedTensorType>(a.getType());
+  auto bt = cast<RankedTensorType>(b.getType());
+  if (!isa<IntegerType>(at.getElementType()) || at != bt ||
+      at.getElementTypeBitWidth() < 32 || at.getNumElements() > 64)
+    return failure();
+  SmallVector<APInt> out;
+  auto av = a.getValues<APInt>(), bv = b.getValues<APInt>();
+  for (int64_t i = 0; i < at.getNumElements(); ++i) {
+    auto r = foldIntBinary(ctx.node.op_type(), av[i].getSExtValue(),
+                           bv[i].getSExtValue());
+    if (!r)
+      return failure();
+    out.push_back(APInt(at.getElementTypeBitWidth(), *r, /*isSigned=*/true));
+  }
+  int32_t dtype = ctx.importer.constants[ctx.node.input(0)].second;
+  return ctx.setConstOutput(0, DenseElementsAttr::get(at, out), dtype);
+}
+
+/// Imports an n-ary elementwise op with numpy broadcasting. `resultDType`
+/// of kUndefined means "same as input 0".
+LogicalResult importElementwise(NodeContext &ctx, ArrayRef<TValue> inputs,
+                                const ScalarFn &fn, int32_t resultDType) {
+  SmallVector<ArrayRef<int64_t>> shapes;
+  SmallVector<Value> vals;
+  for (const TValue &t : inputs) {
+    shapes.push_back(t.shape());
+    vals.push_back(t.value);
+  }
+  auto outShape = broadcastShapes(shapes);
+  if (failed(outShape))
+    return ctx.invalid("input shapes cannot be broadcast together");
+  int32_t dtype = inputs[0].dtype;
+  int32_t outDType = resultDType == kUndefined ? dtype : resultDType;
+  Type outElem = ctx.importer.elementType(outDType);
+  Value r = buildElementwise(
+      ctx.builder(), ctx.loc(), vals, *outShape, outElem,
+      [&](OpBuilder &b, Location loc, ValueRange args) {
+        return fn(b, loc, args.drop_back(), dtype, ctx);
+      });
+  ctx.setOutput(0, TValue{r, outDType});
+  return success();
+}
+
+/// Registers an op whose inputs all share one dtype.
+void addSameType(OpRegistry &r, StringRef name, ScalarFn fn,
+                 bool floatOnly = false, int32_t resultDType = kUndefined,
+                 bool variadic = false) {
+  r.add(name, [fn, floatOnly, resultDType, variadic,
+               opName = name.str()](NodeContext &ctx) -> LogicalResult {
+    if (!variadic && ctx.numInputs() == 2 && succeeded(tryFoldIntBinary(ctx)))
+      return success();
+    SmallVector<TValue> ins;
+    for (int i = 0; i < ctx.numInputs(); ++i) {
+      if (!ctx.hasInput(i))
+        return ctx.unsupported("missing input #" + Twine(i));
+      ins.push_back(ctx.input(i));
+    }
+    if (ins.empty())
+      return ctx.invalid("no inputs");
+    for (auto &t : ins)
+      if (t.dtype != ins[0].dtype)
+        return ctx.invalid(Twine("inputs have different dtypes (") +
+                           dtypeName(ins[0].dtype) + " and " +
+                           dtypeName(t.dtype) + ")");
+    if (floatOnly && !isFloatDType(ins[0].dtype))
+      return ctx.unsupported(Twine("dtype ") + dtypeName(ins[0].dtype));
+    if (ins[0].dtype == kBool && resultDType == kUndefined &&
+        opName != "Not" && opName != "And" && opName != "Or" &&
+        opName != "Xor" && opName != "Identity")
+      return ctx.unsupported("bool inputs");
+    if (variadic && ins.size() == 1) {
+      ctx.setOutput(0, ins[0]);
+      return success();
+    }
+    if (variadic && ins.size() > 2) {
+      // Fold pairwise: ((a op b) op c) ...
+      TValue acc = ins[0];
+      for (size_t i = 1; i < ins.size(); ++i) {
+        if (failed(importElementwise(ctx, {acc, ins[i]}, fn, resultDType)))
+          return failure();
+        acc = ctx.importer.values[ctx.node.output(0)];
+      }
+      return success();
+    }
+    return importElementwise(ctx, ins, fn, resultDType);
+  });
+}
+
+Value cmpF(OpBuilder &b, Location l, arith::CmpFPredicate p, Value x, Value y) {
+  return arith::CmpFOp::create(b, l, p, x, y);
+}
+Value cmpI(OpBuilder &b, Location l, arith::CmpIPredicate p, Value x, Value y) {
+  return arith::CmpIOp::create(b, l, p, x, y);
+}
+
+Value sigmoid(OpBuilder &b, Location l, Value x) {
+  Type t = x.getType();
+  Value one = scalarConst(b, l, t, 1.0);
+  Value e = math::ExpOp::create(b, l, arith::NegFOp::create(b, l, x));
+  return arith::DivFOp::create(b, l, one, arith::AddFOp::create(b, l, one, e));
+}
+
+Value relu(OpBuilder &b, Location l, Value x, int32_t dtype) {
+  Value zero = scalarConst(b, l, x.getType(), 0.0);
+  if (isF(x))
+    return arith::SelectOp::create(
+        b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, zero), x,
+        arith::SelectOp::create(
+            b, l, cmpF(b, l, arith::CmpFPredicate::UNO, x, x), x, zero));
+  return arith::MaxSIOp::create(b, l, x, zero);
+}
+
+Value maxOf(OpBuilder &b, Location l, Value x, Value y, int32_t dtype) {
+  if (isF(x))
+    return arith::MaximumFOp::create(b, l, x, y); // NaN-propagating
+  if (isUnsignedDType(dtype))
+    return arith::MaxUIOp::create(b, l, x, y);
+  return arith::MaxSIOp::create(b, l, x, y);
+}
+Value minOf(OpBuilder &b, Location l, Value x, Value y, int32_t dtype) {
+  if (isF(x))
+    return arith::MinimumFOp::create(b, l, x, y);
+  if (isUnsignedDType(dtype))
+    return arith::MinUIOp::create(b, l, x, y);
+  return arith::MinSIOp::create(b, l, x, y);
+}
+
+/// Erf for float types without libm dependence on precision: math.erf on
+/// f32/f64; f16 goes through f32.
+Value erfOf(OpBuilder &b, Location l, Value x) {
+  Type t = x.getType();
+  if (t.isF16()) {
+    Value w = arith::ExtFOp::create(b, l, b.getF32Type(), x);
+    return arith::TruncFOp::create(b, l, t, math::ErfOp::create(b, l, w));
+  }
+  return math::ErfOp::create(b, l, x);
+}
+
+LogicalResult importClip(NodeContext &ctx) {
+  TValue x = ctx.input(0);
+  Type elem = x.elementType();
+  bool isU = isUnsignedDType(x.dtype);
+  SmallVector<TValue> ins{x};
+  bool hasMin = false, hasMax = false;
+  TypedAttr minA, maxA;
+  if (ctx.opset < 11) {
+    if (!isFloatDType(x.dtype))
+      return ctx.unsupported("non-float Clip before opset 11");
+    minA = scalarAttr(elem, ctx.attrFloat("min", -3.402823466e+38f));
+    maxA = scalarAttr(elem, ctx.attrFloat("max", 3.402823466e+38f));
+    hasMin = hasMax = true;
+  }
+  int minIdx = -1, maxIdx = -1;
+  if (ctx.opset >= 11) {
+    if (ctx.hasInput(1)) {
+      minIdx = ins.size();
+      ins.push_back(ctx.input(1));
+    }
+    if (ctx.hasInput(2)) {
+      maxIdx = ins.size();
+      ins.push_back(ctx.input(2));
+    }
+  }
+  ScalarFn fn = [=](OpBuilder &b, Location l, ValueRange a, int32_t dtype,
+                    NodeContext &) -> Value {
+    Value v = a[0];
+    Value lo = minIdx >= 0 ? a[minIdx]
+               : hasMin    ? arith::ConstantOp::create(b, l, minA).getResult()
+                           : Value();
+    Value hi = maxIdx >= 0 ? a[maxIdx]
+               : hasMax    ? arith::ConstantOp::create(b, l, maxA).getResult()
+                           : Value();
+    // ONNX Clip: min(max(x, lo), hi); NaN in x stays NaN.
+    if (lo)
+      v = isF(v) ? arith::MaxNumFOp::create(b, l, v, lo).getResult()
+                 : maxOf(b, l, v, lo, dtype);
+    if (hi)
+      v = isF(v) ? arith::MinNumFOp::create(b, l, v, hi).getResult()
+                 : minOf(b, l, v, hi, dtype);
+    if (isF(a[0]))
+      v = arith::SelectOp::create(
+          b, l, cmpF(b, l, arith::CmpFPredicate::UNO, a[0], a[0]), a[0], v);
+    return v;
+  };
+  (void)isU;
+  return importElementwise(ctx, ins, fn, kUndefined);
+}
+
+LogicalResult importWhere(NodeContext &ctx) {
+  TValue c = ctx.input(0), x = ctx.input(1), y = ctx.input(2);
+  if (x.dtype != y.dtype)
+    return ctx.invalid("X and Y have different dtypes");
+  ScalarFn fn = [](OpBuilder &b, Location l, ValueRange a, int32_t,
+                   NodeContext &) -> Value {
+    return arith::SelectOp::create(b, l, a[0], a[1], a[2]);
+  };
+  return importElementwise(ctx, {c, x, y}, fn, x.dtype);
+}
+
+LogicalResult importCast(NodeContext &ctx) {
+  int64_t to = ctx.attrInt("to", 0);
+  if (failed(ctx.checkAttrs({"to", "saturate"})))
+    return failure();
+  Type toType = ctx.importer.elementType(to);
+  if (!toType)
+    return ctx.unsupported(Twine("cast to dtype ") + dtypeName(to));
+  // Fold casts of constants (shape computations, Constant nodes).
+  if (auto c = ctx.constInput(0)) {
+    int32_t from = ctx.importer.constants[ctx.node.input(0)].second;
+    auto t = cast<RankedTensorType>(c->getType());
+    auto outT = RankedTensorType::get(t.getShape(), toType);
+    if (from == to)
+      return ctx.setConstOutput(0, *c, to);
+    if (isa<IntegerType>(t.getElementType()) && isa<IntegerType>(toType) &&
+        from != kBool && to != kBool && !isUnsignedDType(from)) {
+      SmallVector<APInt> vals;
+      for (const APInt &v : c->getValues<APInt>())
+        vals.push_back(v.sextOrTrunc(toType.getIntOrFloatBitWidth()));
+      return ctx.setConstOutput(0, DenseElementsAttr::get(outT, vals), to);
+    }
+  }
+  TValue x = ctx.input(0);
+  if (!ctx.importer.elementType(x.dtype))
+    return ctx.unsupported(Twine("cast from dtype ") + dtypeName(x.dtype));
+  ScalarFn fn = [to, toType](OpBuilder &b, Location l, ValueRange a,
+                             int32_t from, NodeContext &) -> Value {
+    return castScalar(b, l, a[0], from, to, toType);
+  };
+  return importElementwise(ctx, {x}, fn, static_cast<int32_t>(to));
+}
+
+LogicalResult importPow(NodeContext &ctx) {
+  TValue x = ctx.input(0), y = ctx.input(1);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("Pow with base dtype ") + dtypeName(x.dtype));
+  int32_t yd = y.dtype;
+  ScalarFn fn = [yd](OpBuilder &b, Location l, ValueRange a, int32_t xd,
+                     NodeContext &) -> Value {
+    Value e = castScalar(b, l, a[1], yd, xd, a[0].getType());
+    return math::PowFOp::create(b, l, a[0], e);
+  };
+  return importElementwise(ctx, {x, y}, fn, kUndefined);
+}
+
+LogicalResult importGelu(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"approximate"})))
+    return failure();
+  std::string approx = ctx.attrString("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    return ctx.unsupported("approximate='" + approx + "'");
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  bool useTanh = approx == "tanh";
+  ScalarFn fn = [useTanh](OpBuilder &b, Location l, ValueRange a, int32_t,
+                          NodeContext &) -> Value {
+    Value v = a[0];
+    Type t = v.getType();
+    Value half = scalarConst(b, l, t, 0.5), one = scalarConst(b, l, t, 1.0);
+    Value inner;
+    if (useTanh) {
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      Value x3 = arith::MulFOp::create(b, l, v, arith::MulFOp::create(b, l, v, v));
+      Value s = arith::AddFOp::create(
+          b, l, v,
+          arith::MulFOp::create(b, l, scalarConst(b, l, t, 0.044715), x3));
+      inner = math::TanhOp::create(
+          b, l,
+          arith::MulFOp::create(
+              b, l, scalarConst(b, l, t, 0.7978845608028654), s));
+    } else {
+      // 0.5 x (1 + erf(x / sqrt(2)))
+      inner = erfOf(b, l,
+                    arith::MulFOp::create(
+                        b, l, v, scalarConst(b, l, t, 0.7071067811865476)));
+    }
+    return arith::MulFOp::create(
+        b, l, arith::MulFOp::create(b, l, half, v),
+        arith::AddFOp::create(b, l, one, inner));
+  };
+  return importElementwise(ctx, {x}, fn, kUndefined);
+}
+
+} // namespace
+
+void registerElementwiseOps(OpRegistry &r) {
+  using B = OpBuilder;
+  using L = Location;
+  using V = ValueRange;
+  // Arithmetic.
+  addSameType(r, "Add", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+    return isF(a[0]) ? arith::AddFOp::create(b, l, a[0], a[1]).getResult()
+                     : arith::AddIOp::create(b, l, a[0], a[1]).getResult();
+  });
+  addSameType(r, "Sub", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+    return isF(a[0]) ? arith::SubFOp::create(b, l, a[0], a[1]).getResult()
+                     : arith::SubIOp::create(b, l, a[0], a[1]).getResult();
+  });
+  addSameType(r, "Mul", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+    return isF(a[0]) ? arith::MulFOp::create(b, l, a[0], a[1]).getResult()
+                     : arith::MulIOp::create(b, l, a[0], a[1]).getResult();
+  });
+  addSameType(r, "Div", [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+    if (isF(a[0]))
+      return arith::DivFOp::create(b, l, a[0], a[1]);
+    if (isUnsignedDType(d))
+      return arith::DivUIOp::create(b, l, a[0], a[1]);
+    return arith::DivSIOp::create(b, l, a[0], a[1]);
+  });
+  auto sumFn = [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+    return isF(a[0]) ? arith::AddFOp::create(b, l, a[0], a[1]).getResult()
+                     : arith::AddIOp::create(b, l, a[0], a[1]).getResult();
+  };
+  addSameType(r, "Sum", sumFn, false, kUndefined, /*variadic=*/true);
+  addSameType(
+      r, "Max",
+      [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+        return maxOf(b, l, a[0], a[1], d);
+      },
+      false, kUndefined, true);
+  addSameType(
+      r, "Min",
+      [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+        return minOf(b, l, a[0], a[1], d);
+      },
+      false, kUndefined, true);
+  r.add("Mean", [](NodeContext &ctx) -> LogicalResult {
+    SmallVector<TValue> ins;
+    for (int i = 0; i < ctx.numInputs(); ++i)
+      ins.push_back(ctx.input(i));
+    if (!isFloatDType(ins[0].dtype))
+      return ctx.unsupported("non-float Mean");
+    TValue acc = ins[0];
+    for (size_t i = 1; i < ins.size(); ++i) {
+      ScalarFn add = [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+        return arith::AddFOp::create(b, l, a[0], a[1]);
+      };
+      if (failed(importElementwise(ctx, {acc, ins[i]}, add, kUndefined)))
+        return failure();
+      acc = ctx.importer.values[ctx.node.output(0)];
+    }
+    double n = ins.size();
+    ScalarFn div = [n](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+      return arith::DivFOp::create(b, l, a[0],
+                                   scalarConst(b, l, a[0].getType(), n));
+    };
+    return importElementwise(ctx, {acc}, div, kUndefined);
+  });
+
+  // Unary float math.
+  auto unaryF = [&](StringRef name, Value (*fn)(B &, L, Value)) {
+    addSameType(
+        r, name,
+        [fn](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+          return fn(b, l, a[0]);
+        },
+        /*floatOnly=*/true);
+  };
+  unaryF("Sqrt", [](B &b, L l, Value x) -> Value {
+    return math::SqrtOp::create(b, l, x);
+  });
+  unaryF("Exp", [](B &b, L l, Value x) -> Value {
+    return math::ExpOp::create(b, l, x);
+  });
+  unaryF("Log", [](B &b, L l, Value x) -> Value {
+    return math::LogOp::create(b, l, x);
+  });
+  unaryF("Tanh", [](B &b, L l, Value x) -> Value {
+    return math::TanhOp::create(b, l, x);
+  });
+  unaryF("Erf", erfOf);
+  unaryF("Sigmoid", sigmoid);
+  unaryF("Reciprocal", [](B &b, L l, Value x) -> Value {
+    return arith::DivFOp::create(b, l, scalarConst(b, l, x.getType(), 1.0), x);
+  });
+  unaryF("Floor", [](B &b, L l, Value x) -> Value {
+    return math::FloorOp::create(b, l, x);
+  });
+  unaryF("Ceil", [](B &b, L l, Value x) -> Value {
+    return math::CeilOp::create(b, l, x);
+  });
+  unaryF("Softplus", [](B &b, L l, Value x) -> Value {
+    Value one = scalarConst(b, l, x.getType(), 1.0);
+    return math::LogOp::create(
+        b, l, arith::AddFOp::create(b, l, one, math::ExpOp::create(b, l, x)));
+  });
+  addSameType(r, "Neg", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+    if (isF(a[0]))
+      return arith::NegFOp::create(b, l, a[0]);
+    return arith::SubIOp::create(b, l, scalarConst(b, l, a[0].getType(), 0),
+                                 a[0]);
+  });
+  addSameType(r, "Abs", [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+    if (isF(a[0]))
+      return math::AbsFOp::create(b, l, a[0]);
+    if (isUnsignedDType(d))
+      return a[0];
+    return math::AbsIOp::create(b, l, a[0]);
+  });
+  addSameType(r, "Relu", [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+    return relu(b, l, a[0], d);
+  });
+  addSameType(
+      r, "LeakyRelu",
+      [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
+        Value x = a[0];
+        Value alpha =
+            scalarConst(b, l, x.getType(), ctx.attrFloat("alpha", 0.01f));
+        Value zero = scalarConst(b, l, x.getType(), 0.0);
+        return arith::SelectOp::create(
+            b, l, cmpF(b, l, arith::CmpFPredicate::OLT, x, zero),
+            arith::MulFOp::create(b, l, alpha, x), x);
+      },
+      true);
+  addSameType(
+      r, "Elu",
+      [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
+        Value x = a[0];
+        Type t = x.getType();
+        Value alpha = scalarConst(b, l, t, ctx.attrFloat("alpha", 1.0f));
+        Value zero = scalarConst(b, l, t, 0.0), one = scalarConst(b, l, t, 1.0);
+        Value neg = arith::MulFOp::create(
+            b, l, alpha,
+            arith::SubFOp::create(b, l, math::ExpOp::create(b, l, x), one));
+        return arith::SelectOp::create(
+            b, l, cmpF(b, l, arith::CmpFPredicate::OLT, x, zero), neg, x);
+      },
+      true);
+  addSameType(
+      r, "HardSigmoid",
+      [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
+        Value x = a[0];
+        Type t = x.getType();
+        Value v = arith::AddFOp::create(
+            b, l,
+            arith::MulFOp::create(
+                b, l, scalarConst(b, l, t, ctx.attrFloat("alpha", 0.2f)), x),
+            scalarConst(b, l, t, ctx.attrFloat("beta", 0.5f)));
+        v = arith::MaxNumFOp::create(b, l, v, scalarConst(b, l, t, 0.0));
+        return arith::MinNumFOp::create(b, l, v, scalarConst(b, l, t, 1.0));
+      },
+      true);
+  addSameType(r, "Sign", [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+    Value x = a[0];
+    Type t = x.getType();
+    Value zero = scalarConst(b, l, t, 0), one = scalarConst(b, l, t, 1),
+          mone = scalarConst(b, l, t, -1);
+    if (isF(x)) {
+      Value pos = cmpF(b, l, arith::CmpFPredicate::OGT, x, zero);
+      Value neg = cmpF(b, l, arith::CmpFPredicate::OLT, x, zero);
+      return arith::SelectOp::create(
+          b, l, pos, one, arith::SelectOp::create(b, l, neg, mone, zero));
+    }
+    Value pos = cmpI(b, l,
+                     isUnsignedDType(d) ? arith::CmpIPredicate::ugt
+                                        : arith::CmpIPredicate::sgt,
+                     x, zero);
+    if (isUnsignedDType(d))
+      return arith::SelectOp::create(b, l, pos, one, zero);
+    Value neg = cmpI(b, l, arith::CmpIPredicate::slt, x, zero);
+    return arith::SelectOp::create(
+        b, l, pos, one, arith::SelectOp::create(b, l, neg, mone, zero));
+  });
+  r.add("Clip", importClip);
+  r.add("Where", importWhere);
+  r.add("Cast", importCast);
+  r.add("Pow", importPow);
+  r.add("Gelu", importGelu);
+
+  // Comparisons -> bool.
+  auto cmp = [&](StringRef name, arith::CmpFPredicate fp,
+                 arith::CmpIPredicate sp, arith::CmpIPredicate up) {
+    addSameType(
+        r, name,
+        [=](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
+          if (isF(a[0]))
+            return cmpF(b, l, fp, a[0], a[1]);
+          return cmpI(b, l, (isUnsignedDType(d) || d == kBool) ? up : sp, a[0],
+                      a[1]);
+        },
+        false, kBool);
+  };
+  cmp("Equal", arith::CmpFPredicate::OEQ, arith::CmpIPredicate::eq,
+      arith::CmpIPredicate::eq);
+  cmp("Less", arith::CmpFPredicate::OLT, arith::CmpIPredicate::slt,
+      arith::CmpIPredicate::ult);
+  cmp("Greater", arith::CmpFPredicate::OGT, arith::CmpIPredicate::sgt,
+      arith::CmpIPredicate::ugt);
+  cmp("LessOrEqual", arith::CmpFPredicate::OLE, arith::CmpIPredicate::sle,
+      arith::CmpIPredicate::ule);
+  cmp("GreaterOrEqual", arith::CmpFPredicate::OGE, arith::CmpIPredicate::sge,
+      arith::CmpIPredicate::uge);
+
+  // Logic on bool.
+  auto logic = [&](StringRef name, Value (*fn)(B &, L, V)) {
+    addSameType(r, name,
+                [fn](B &b, L l, V a, int32_t d, NodeContext &ctx) -> Value {
+                  return fn(b, l, a);
+                });
+  };
+  logic("Not", [](B &b, L l, V a) -> Value {
+    return arith::XOrIOp::create(b, l, a[0],
+                                 scalarConst(b, l, a[0].getType(), 1));
+  });
+  logic("And", [](B &b, L l, V a) -> Value {
+    return arith::AndIOp::create(b, l, a[0], a[1]);
+  });
+  logic("Or", [](B &b, L l, V a) -> Value {
+    return arith::OrIOp::create(b, l, a[0], a[1]);
+  });
+  logic("Xor", [](B &b, L l, V a) -> Value {
+    return arith::XOrIOp::create(b, l, a[0], a[1]);
+  });
+}
+
+} // namespace ddpc::onnx_import

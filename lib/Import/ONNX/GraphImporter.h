@@ -1,0 +1,247 @@
+//===- GraphImporter.h - State shared by the per-op importers ---*- C++ -*-===//
+//
+// Part of ddpc. Internal to lib/Import/ONNX: the graph importer state and the
+// helpers that the op-family files (Elementwise.cpp, MatMul.cpp, Conv.cpp, ...)
+// use to build linalg-on-tensors IR with static shapes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_LIB_IMPORT_ONNX_GRAPHIMPORTER_H
+#define DDPC_LIB_IMPORT_ONNX_GRAPHIMPORTER_H
+
+#include "ddpc/Import/ONNX/Importer.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace ddpc::onnx_import {
+
+/// ONNX TensorProto.DataType numbers used throughout the importer.
+enum DType : int32_t {
+  kUndefined = 0,
+  kFloat = 1,
+  kUInt8 = 2,
+  kInt8 = 3,
+  kUInt16 = 4,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kString = 8,
+  kBool = 9,
+  kFloat16 = 10,
+  kDouble = 11,
+  kUInt32 = 12,
+  kUInt64 = 13,
+  kBFloat16 = 16,
+};
+
+bool isFloatDType(int32_t t);
+bool isUnsignedDType(int32_t t);
+bool isSignedIntDType(int32_t t);
+const char *dtypeName(int32_t t);
+
+/// A value of the ONNX graph: the MLIR tensor and the ONNX element type
+/// (MLIR integers are signless, so signedness lives here).
+struct TValue {
+  mlir::Value value;
+  int32_t dtype = kUndefined;
+
+  mlir::RankedTensorType type() const {
+    return llvm::cast<mlir::RankedTensorType>(value.getType());
+  }
+  llvm::ArrayRef<int64_t> shape() const { return type().getShape(); }
+  int64_t rank() const { return type().getRank(); }
+  mlir::Type elementType() const { return type().getElementType(); }
+};
+
+class GraphImporter;
+
+/// What one node importer sees: the node, its inputs and attributes, and a
+/// way to define its outputs or report an error.
+class NodeContext {
+public:
+  NodeContext(GraphImporter &importer, const onnx::NodeProto &node,
+              int64_t opset)
+      : importer(importer), node(node), opset(opset) {}
+
+  GraphImporter &importer;
+  const onnx::NodeProto &node;
+  /// Opset version of the node's domain.
+  int64_t opset;
+
+  mlir::OpBuilder &builder();
+  mlir::Location loc();
+
+  int numInputs() const { return node.input_size(); }
+  int numOutputs() const { return node.output_size(); }
+  /// True when input `i` exists and is not the empty name (optional input).
+  bool hasInput(int i) const {
+    return i < node.input_size() && !node.input(i).empty();
+  }
+  bool hasOutput(int i) const {
+    return i < node.output_size() && !node.output(i).empty();
+  }
+  /// The tensor for input `i`; materializes host constants as needed.
+  TValue input(int i);
+  /// The host-known value of input `i`, if it is a constant at import time.
+  std::optional<mlir::DenseElementsAttr> constInput(int i);
+  /// Integer contents of a constant input, or failure (with an error that
+  /// says the input must be constant).
+  mlir::FailureOr<llvm::SmallVector<int64_t>> constIntsInput(int i);
+
+  const onnx::AttributeProto *attr(llvm::StringRef name) const;
+  bool hasAttr(llvm::StringRef name) const { return attr(name) != nullptr; }
+  int64_t attrInt(llvm::StringRef name, int64_t dflt) const;
+  float attrFloat(llvm::StringRef name, float dflt) const;
+  std::string attrString(llvm::StringRef name, llvm::StringRef dflt) const;
+  llvm::SmallVector<int64_t> attrInts(llvm::StringRef name) const;
+  llvm::SmallVector<float> attrFloats(llvm::StringRef name) const;
+
+  /// Defines output `i` of the node.
+  void setOutput(int i, TValue v);
+  /// Defines output `i` as a host constant (also usable for folding).
+  mlir::LogicalResult setConstOutput(int i, mlir::DenseElementsAttr attr,
+                                     int32_t dtype);
+
+  /// Records an "unsupported" error naming this node; returns failure().
+  mlir::LogicalResult unsupported(const llvm::Twine &why);
+  /// Records an "invalid model" error naming this node; returns failure().
+  mlir::LogicalResult invalid(const llvm::Twine &why);
+  /// Fails as unsupported unless the attributes present are all in `known`.
+  mlir::LogicalResult checkAttrs(std::initializer_list<llvm::StringRef> known);
+  /// Describes the node for error messages: `'Op' (node 'n', domain '', opset 13)`.
+  std::string describe() const;
+};
+
+using NodeImportFn = std::function<mlir::LogicalResult(NodeContext &)>;
+
+/// Op importers by ONNX op type (default domain).
+class OpRegistry {
+public:
+  void add(llvm::StringRef opType, NodeImportFn fn) {
+    table[opType] = std::move(fn);
+  }
+  const NodeImportFn *lookup(llvm::StringRef opType) const {
+    auto it = table.find(opType);
+    return it == table.end() ? nullptr : &it->second;
+  }
+
+private:
+  llvm::StringMap<NodeImportFn> table;
+};
+
+// One registration function per op-family file.
+void registerElementwiseOps(OpRegistry &registry);
+void registerMatMulOps(OpRegistry &registry);
+void registerConvOps(OpRegistry &registry);
+void registerNormalizationOps(OpRegistry &registry);
+void registerReductionOps(OpRegistry &registry);
+void registerShapeOps(OpRegistry &registry);
+
+/// Importer state for one graph.
+class GraphImporter {
+public:
+  GraphImporter(mlir::MLIRContext &context, const ImportOptions &options,
+                ImportError &error);
+
+  mlir::MLIRContext &context;
+  const ImportOptions &options;
+  ImportError &error;
+  mlir::OpBuilder builder;
+  mlir::Location loc;
+  /// Imported values by ONNX name.
+  llvm::StringMap<TValue> values;
+  /// Values known at import time (initializers, Constant nodes, folded
+  /// shape computations), by ONNX name.
+  llvm::StringMap<std::pair<mlir::DenseElementsAttr, int32_t>> constants;
+
+  /// MLIR element type of an ONNX dtype, or null when unsupported.
+  mlir::Type elementType(int32_t dtype);
+  /// Materializes a host constant as an `arith.constant` (cached per name).
+  TValue materialize(llvm::StringRef name);
+  /// Converts a TensorProto (raw, typed or external data) to an attribute.
+  mlir::FailureOr<mlir::DenseElementsAttr>
+  tensorToAttr(const onnx::TensorProto &tensor, const std::string &what);
+
+  /// Records an error of the given kind (the first one wins).
+  mlir::LogicalResult fail(ImportErrorKind kind, const llvm::Twine &message);
+};
+
+//===----------------------------------------------------------------------===//
+// IR building helpers (Builders.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Broadcasts shapes by the ONNX (numpy) rules; failure when incompatible.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<llvm::ArrayRef<int64_t>> shapes);
+
+using ScalarBodyFn = llvm::function_ref<mlir::Value(
+    mlir::OpBuilder &, mlir::Location, mlir::ValueRange)>;
+
+/// Builds an all-parallel `linalg.generic` over `outShape` whose inputs are
+/// broadcast to it (numpy rules); `body` maps the input scalars to the
+/// result scalar of type `resultElem`.
+mlir::Value buildElementwise(mlir::OpBuilder &b, mlir::Location loc,
+                             mlir::ValueRange inputs,
+                             llvm::ArrayRef<int64_t> outShape,
+                             mlir::Type resultElem, ScalarBodyFn body);
+
+/// Builds a `linalg.generic` with explicit indexing maps for the inputs; the
+/// output uses the identity map over `outShape` plus trailing reduction dims
+/// (`numReductionDims`), initialized to `init` when given (else tensor.empty).
+mlir::Value buildGeneric(mlir::OpBuilder &b, mlir::Location loc,
+                         mlir::ValueRange inputs,
+                         llvm::ArrayRef<mlir::AffineMap> inputMaps,
+                         llvm::ArrayRef<int64_t> outShape,
+                         mlir::Type resultElem, unsigned numReductionDims,
+                         std::optional<mlir::TypedAttr> init,
+                         ScalarBodyFn body);
+
+/// Reduces `input` over `axes` (normalized, sorted), keeping them as size-1
+/// dims when `keepDims`. `combine(acc, x)` is called with the accumulator
+/// first. `initValue` is the neutral element.
+mlir::Value buildReduction(mlir::OpBuilder &b, mlir::Location loc,
+                           mlir::Value input, llvm::ArrayRef<int64_t> axes,
+                           bool keepDims, mlir::TypedAttr initValue,
+                           ScalarBodyFn combine);
+
+/// Reshapes a static tensor to `newShape` (same element count).
+mlir::Value buildReshape(mlir::OpBuilder &b, mlir::Location loc,
+                         mlir::Value input, llvm::ArrayRef<int64_t> newShape);
+
+/// Pads a static tensor with `padValue`: `low[d]` before and `high[d]`
+/// after dimension d (returns `input` when all pads are 0).
+mlir::Value buildPad(mlir::OpBuilder &b, mlir::Location loc, mlir::Value input,
+                     llvm::ArrayRef<int64_t> low, llvm::ArrayRef<int64_t> high,
+                     mlir::TypedAttr padValue);
+
+/// Scalar constant of `type` (float or integer) with value `v`.
+mlir::Value scalarConst(mlir::OpBuilder &b, mlir::Location loc,
+                        mlir::Type type, double v);
+/// Attribute for a scalar of `type` with value `v`.
+mlir::TypedAttr scalarAttr(mlir::Type type, double v);
+/// Lowest / highest finite-or-infinite value of `type` (for max/min inits).
+mlir::TypedAttr lowestAttr(mlir::Type type, bool isUnsigned);
+mlir::TypedAttr highestAttr(mlir::Type type, bool isUnsigned);
+
+/// Converts a scalar from one ONNX dtype to another (ONNX Cast semantics).
+mlir::Value castScalar(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
+                       int32_t fromDType, int32_t toDType, mlir::Type toType);
+
+/// Normalizes a possibly negative axis against `rank`; failure if out of range.
+mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+int64_t numElements(llvm::ArrayRef<int64_t> shape);
+
+} // namespace ddpc::onnx_import
+
+#endif // DDPC_LIB_IMPORT_ONNX_GRAPHIMPORTER_H

@@ -1,0 +1,660 @@
+//===- Importer.cpp - ONNX ModelProto to MLIR -----------------------------===//
+//
+// Part of ddpc. Parses the model with the ONNX library, runs its checker and
+// shape inference where they apply (the 1.12 library knows IR <= 8 and opset
+// <= 17), binds symbolic dimensions, and imports the graph node by node
+// through the per-op importers registered in the op-family files.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GraphImporter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstring>
+
+using namespace mlir;
+
+namespace ddpc {
+
+void registerImportDialects(DialectRegistry &registry) {
+  registry.insert<arith::ArithDialect, func::FuncDialect,
+                  linalg::LinalgDialect, math::MathDialect,
+                  tensor::TensorDialect>();
+}
+
+namespace onnx_import {
+
+//===----------------------------------------------------------------------===//
+// NodeContext
+//===----------------------------------------------------------------------===//
+
+OpBuilder &NodeContext::builder() { return importer.builder; }
+Location NodeContext::loc() { return importer.loc; }
+
+TValue NodeContext::input(int i) {
+  const std::string &name = node.input(i);
+  auto it = importer.values.find(name);
+  if (it != importer.values.end())
+    return it->second;
+  return importer.materialize(name);
+}
+
+std::optional<DenseElementsAttr> NodeContext::constInput(int i) {
+  if (!hasInput(i))
+    return std::nullopt;
+  auto it = importer.constants.find(node.input(i));
+  if (it == importer.constants.end())
+    return std::nullopt;
+  return it->second.first;
+}
+
+FailureOr<SmallVector<int64_t>> NodeContext::constIntsInput(int i) {
+  auto c = constInput(i);
+  if (!c || !isa<IntegerType>(c->getElementType())) {
+    (void)unsupported("input #" + Twine(i) + " ('" +
+                      (hasInput(i) ? node.input(i) : std::string()) +
+                      "') must be an integer constant known at compile time");
+    return failure();
+  }
+  SmallVector<int64_t> out;
+  for (const APInt &v : c->getValues<APInt>())
+    out.push_back(v.getSExtValue());
+  return out;
+}
+
+const onnx::AttributeProto *NodeContext::attr(StringRef name) const {
+  for (const auto &a : node.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t NodeContext::attrInt(StringRef name, int64_t dflt) const {
+  const auto *a = attr(name);
+  return a ? a->i() : dflt;
+}
+float NodeContext::attrFloat(StringRef name, float dflt) const {
+  const auto *a = attr(name);
+  return a ? a->f() : dflt;
+}
+std::string NodeContext::attrString(StringRef name, StringRef dflt) const {
+  const auto *a = attr(name);
+  return a ? a->s() : dflt.str();
+}
+SmallVector<int64_t> NodeContext::attrInts(StringRef name) const {
+  SmallVector<int64_t> out;
+  if (const auto *a = attr(name))
+    out.assign(a->ints().begin(), a->ints().end());
+  return out;
+}
+SmallVector<float> NodeContext::attrFloats(StringRef name) const {
+  SmallVector<float> out;
+  if (const auto *a = attr(name))
+    out.assign(a->floats().begin(), a->floats().end());
+  return out;
+}
+
+void NodeContext::setOutput(int i, TValue v) {
+  if (hasOutput(i))
+    importer.values[node.output(i)] = v;
+}
+
+LogicalResult NodeContext::setConstOutput(int i, DenseElementsAttr attr,
+                                          int32_t dtype) {
+  if (!hasOutput(i))
+    return success();
+  importer.constants[node.output(i)] = {attr, dtype};
+  importer.values.erase(node.output(i));
+  return success();
+}
+
+std::string NodeContext::describe() const {
+  return ("'" + node.op_type() + "' (node '" + node.name() + "', domain '" +
+          node.domain() + "', opset " + std::to_string(opset) + ")");
+}
+
+LogicalResult NodeContext::unsupported(const Twine &why) {
+  return importer.fail(ImportErrorKind::Unsupported,
+                       "unsupported: op " + describe() + ": " + why);
+}
+
+LogicalResult NodeContext::invalid(const Twine &why) {
+  return importer.fail(ImportErrorKind::Invalid,
+                       "invalid model: op " + describe() + ": " + why);
+}
+
+LogicalResult
+NodeContext::checkAttrs(std::initializer_list<StringRef> known) {
+  for (const auto &a : node.attribute())
+    if (!llvm::is_contained(known, StringRef(a.name())))
+      return unsupported("attribute '" + a.name() + "' is not supported");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GraphImporter
+//===----------------------------------------------------------------------===//
+
+GraphImporter::GraphImporter(MLIRContext &context, const ImportOptions &options,
+                             ImportError &error)
+    : context(context), options(options), error(error), builder(&context),
+      loc(UnknownLoc::get(&context)) {}
+
+LogicalResult GraphImporter::fail(ImportErrorKind kind, const Twine &message) {
+  if (error.kind == ImportErrorKind::None) {
+    error.kind = kind;
+    error.message = message.str();
+  }
+  return failure();
+}
+
+Type GraphImporter::elementType(int32_t dtype) {
+  MLIRContext *ctx = &context;
+  switch (dtype) {
+  case kFloat:
+    return Float32Type::get(ctx);
+  case kDouble:
+    return Float64Type::get(ctx);
+  case kFloat16:
+    return Float16Type::get(ctx);
+  case kBool:
+    return IntegerType::get(ctx, 1);
+  case kInt8:
+  case kUInt8:
+    return IntegerType::get(ctx, 8);
+  case kInt16:
+  case kUInt16:
+    return IntegerType::get(ctx, 16);
+  case kInt32:
+  case kUInt32:
+    return IntegerType::get(ctx, 32);
+  case kInt64:
+  case kUInt64:
+    return IntegerType::get(ctx, 64);
+  default:
+    return nullptr;
+  }
+}
+
+TValue GraphImporter::materialize(StringRef name) {
+  auto it = constants.find(name);
+  assert(it != constants.end() && "value neither imported nor constant");
+  OpBuilder::InsertionGuard guard(builder);
+  Value v = arith::ConstantOp::create(builder, loc, it->second.first);
+  TValue tv{v, it->second.second};
+  values[name] = tv;
+  return tv;
+}
+
+/// Resolves an external-data location relative to the model folder and
+/// refuses anything that escapes it.
+static FailureOr<std::string> resolveExternalPath(const std::string &modelDir,
+                                                  const std::string &location,
+                                                  std::string &why) {
+  if (location.empty()) {
+    why = "empty external data location";
+    return failure();
+  }
+  if (llvm::sys::path::is_absolute(location)) {
+    why = "external data location '" + location +
+          "' is an absolute path; it must be relative to the model's folder";
+    return failure();
+  }
+  for (auto it = llvm::sys::path::begin(location),
+            e = llvm::sys::path::end(location);
+       it != e; ++it) {
+    if (*it == "..") {
+      why = "external data location '" + location +
+            "' contains '..'; it must stay inside the model's folder";
+      return failure();
+    }
+  }
+  if (modelDir.empty()) {
+    why = "model has external data but was not loaded from a file";
+    return failure();
+  }
+  SmallString<256> full(modelDir);
+  llvm::sys::path::append(full, location);
+  SmallString<256> realDir, realFile;
+  if (llvm::sys::fs::real_path(modelDir, realDir) ||
+      llvm::sys::fs::real_path(full, realFile)) {
+    why = "external data file '" + std::string(full) + "' not found";
+    return failure();
+  }
+  std::string dirPrefix = std::string(realDir) + "/";
+  if (StringRef(realFile).str().rfind(dirPrefix, 0) != 0) {
+    why = "external data location '" + location +
+          "' resolves outside the model's folder (symlink?)";
+    return failure();
+  }
+  return std::string(realFile);
+}
+
+FailureOr<DenseElementsAttr>
+GraphImporter::tensorToAttr(const onnx::TensorProto &t,
+                            const std::string &what) {
+  int32_t dtype = t.data_type();
+  Type elem = elementType(dtype);
+  if (!elem) {
+    (void)fail(ImportErrorKind::Unsupported,
+               "unsupported: " + what + " '" + t.name() + "' has dtype " +
+                   dtypeName(dtype));
+    return failure();
+  }
+  SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
+  for (int64_t d : shape)
+    if (d < 0) {
+      (void)fail(ImportErrorKind::Invalid, "invalid model: " + what + " '" +
+                                               t.name() +
+                                               "' has a negative dimension");
+      return failure();
+    }
+  auto type = RankedTensorType::get(shape, elem);
+  int64_t n = numElements(shape);
+  size_t elemBytes = dtype == kBool ? 1 : (elem.getIntOrFloatBitWidth() / 8);
+
+  std::string raw;
+  bool haveRaw = false;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto &kv : t.external_data()) {
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
+    }
+    std::string why;
+    auto path = resolveExternalPath(options.modelDir, location, why);
+    if (failed(path)) {
+      (void)fail(ImportErrorKind::Invalid,
+                 "invalid model: " + what + " '" + t.name() + "': " + why);
+      return failure();
+    }
+    auto buf = llvm::MemoryBuffer::getFile(*path, /*IsText=*/false,
+                                           /*RequiresNullTerminator=*/false);
+    if (!buf) {
+      (void)fail(ImportErrorKind::Invalid, "invalid model: cannot read " +
+                                               *path + " for " + what + " '" +
+                                               t.name() + "'");
+      return failure();
+    }
+    StringRef all = (*buf)->getBuffer();
+    if (length < 0)
+      length = static_cast<int64_t>(all.size()) - offset;
+    if (offset < 0 || offset + length > static_cast<int64_t>(all.size())) {
+      (void)fail(ImportErrorKind::Invalid,
+                 "invalid model: external data for '" + t.name() +
+                     "' lies beyond the end of " + *path);
+      return failure();
+    }
+    raw = all.substr(offset, length).str();
+    haveRaw = true;
+  } else if (t.has_raw_data()) {
+    raw = t.raw_data();
+    haveRaw = true;
+  }
+
+  if (haveRaw) {
+    if (static_cast<int64_t>(raw.size()) != n * static_cast<int64_t>(elemBytes)) {
+      (void)fail(ImportErrorKind::Invalid,
+                 "invalid model: " + what + " '" + t.name() + "' holds " +
+                     Twine(raw.size()) + " bytes, expected " +
+                     Twine(n * elemBytes));
+      return failure();
+    }
+    if (dtype == kBool) {
+      SmallVector<bool> bits;
+      for (char c : raw)
+        bits.push_back(c != 0);
+      return DenseElementsAttr::get(type, ArrayRef<bool>(bits));
+    }
+    return DenseElementsAttr::getFromRawBuffer(
+        type, ArrayRef<char>(raw.data(), raw.size()));
+  }
+
+  // Typed fields (onnx.proto: which field holds which dtype).
+  auto sizeError = [&](int64_t got) -> FailureOr<DenseElementsAttr> {
+    (void)fail(ImportErrorKind::Invalid,
+               "invalid model: " + what + " '" + t.name() + "' holds " +
+                   Twine(got) + " values, expected " + Twine(n));
+    return failure();
+  };
+  switch (dtype) {
+  case kFloat: {
+    if (t.float_data_size() != n)
+      return sizeError(t.float_data_size());
+    SmallVector<float> v(t.float_data().begin(), t.float_data().end());
+    return DenseElementsAttr::get(type, ArrayRef<float>(v));
+  }
+  case kDouble: {
+    if (t.double_data_size() != n)
+      return sizeError(t.double_data_size());
+    SmallVector<double> v(t.double_data().begin(), t.double_data().end());
+    return DenseElementsAttr::get(type, ArrayRef<double>(v));
+  }
+  case kInt64: {
+    if (t.int64_data_size() != n)
+      return sizeError(t.int64_data_size());
+    SmallVector<int64_t> v(t.int64_data().begin(), t.int64_data().end());
+    return DenseElementsAttr::get(type, ArrayRef<int64_t>(v));
+  }
+  case kUInt32:
+  case kUInt64: {
+    if (t.uint64_data_size() != n)
+      return sizeError(t.uint64_data_size());
+    SmallVector<APInt> v;
+    for (uint64_t x : t.uint64_data())
+      v.push_back(APInt(elem.getIntOrFloatBitWidth(), x, /*isSigned=*/false,
+                        /*implicitTrunc=*/true));
+    return DenseElementsAttr::get(type, v);
+  }
+  case kBool: {
+    if (t.int32_data_size() != n)
+      return sizeError(t.int32_data_size());
+    SmallVector<bool> v;
+    for (int32_t x : t.int32_data())
+      v.push_back(x != 0);
+    return DenseElementsAttr::get(type, ArrayRef<bool>(v));
+  }
+  case kFloat16:
+  case kBFloat16: {
+    if (t.int32_data_size() != n)
+      return sizeError(t.int32_data_size());
+    SmallVector<APFloat> v;
+    for (int32_t x : t.int32_data())
+      v.push_back(APFloat(cast<FloatType>(elem).getFloatSemantics(),
+                          APInt(16, static_cast<uint16_t>(x))));
+    return DenseElementsAttr::get(type, v);
+  }
+  default: {
+    // INT32, INT16, INT8, UINT16, UINT8 are stored in int32_data.
+    if (t.int32_data_size() != n)
+      return sizeError(t.int32_data_size());
+    SmallVector<APInt> v;
+    for (int32_t x : t.int32_data())
+      v.push_back(APInt(elem.getIntOrFloatBitWidth(), static_cast<int64_t>(x),
+                        /*isSigned=*/true, /*implicitTrunc=*/true));
+    return DenseElementsAttr::get(type, v);
+  }
+  }
+}
+
+static const OpRegistry &getRegistry() {
+  static OpRegistry registry = [] {
+    OpRegistry r;
+    registerElementwiseOps(r);
+    registerMatMulOps(r);
+    registerConvOps(r);
+    registerNormalizationOps(r);
+    registerReductionOps(r);
+    registerShapeOps(r);
+    return r;
+  }();
+  return registry;
+}
+
+} // namespace onnx_import
+
+using namespace onnx_import;
+
+/// Binds every dimension of a graph input; fills `shape` or reports which
+/// dimension is unbound.
+static LogicalResult bindInputShape(GraphImporter &gi,
+                                    const onnx::ValueInfoProto &vi,
+                                    SmallVectorImpl<int64_t> &shape) {
+  const auto &tt = vi.type().tensor_type();
+  if (!tt.has_shape())
+    return gi.fail(ImportErrorKind::Invalid,
+                   "graph input '" + vi.name() +
+                       "' has no shape; ddpc needs static shapes");
+  for (int i = 0; i < tt.shape().dim_size(); ++i) {
+    const auto &d = tt.shape().dim(i);
+    if (d.has_dim_value() && d.dim_value() >= 0) {
+      shape.push_back(d.dim_value());
+      continue;
+    }
+    if (d.has_dim_param()) {
+      auto it = gi.options.dims.find(d.dim_param());
+      if (it != gi.options.dims.end()) {
+        shape.push_back(it->second);
+        continue;
+      }
+    }
+    if (i == 0 && gi.options.batchSize) {
+      shape.push_back(*gi.options.batchSize);
+      continue;
+    }
+    std::string param = d.has_dim_param() ? d.dim_param() : "";
+    return gi.fail(
+        ImportErrorKind::Invalid,
+        "graph input '" + vi.name() + "' dimension " + Twine(i) +
+            (param.empty() ? std::string(" is unknown")
+                           : " ('" + param + "') is unbound") +
+            ": pass --dim " + (param.empty() ? "NAME" : param) +
+            "=VALUE" + (i == 0 ? " or --batch-size N" : ""));
+  }
+  return success();
+}
+
+/// Runs the ONNX library's checker and shape inference where the 1.12
+/// library supports the model (IR version <= 8, default-domain opset <= 17).
+/// Shape inference results are only advisory: ddpc computes every shape
+/// itself, and newer models are imported without these checks.
+static LogicalResult runOnnxChecks(GraphImporter &gi, onnx::ModelProto &model,
+                                   int64_t opset) {
+  if (!gi.options.runChecker || model.ir_version() > 8 || opset > 17)
+    return success();
+  bool hasExternal = false;
+  for (const auto &t : model.graph().initializer())
+    hasExternal |= t.data_location() == onnx::TensorProto::EXTERNAL;
+  if (hasExternal)
+    return success(); // the checker would need the model path
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception &e) {
+    std::string msg = e.what();
+    auto nl = msg.find('\n');
+    if (nl != std::string::npos)
+      msg = msg.substr(0, nl);
+    return gi.fail(ImportErrorKind::Invalid,
+                   "invalid model: ONNX checker: " + msg);
+  }
+  return success();
+}
+
+OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
+                                      const std::string &bytes,
+                                      const ImportOptions &options,
+                                      ImportError &error) {
+  DialectRegistry registry;
+  registerImportDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+
+  GraphImporter gi(context, options, error);
+  onnx::ModelProto model;
+  if (bytes.empty()) {
+    (void)gi.fail(ImportErrorKind::Invalid, "invalid model: the file is empty");
+    return nullptr;
+  }
+  if (!model.ParseFromString(bytes)) {
+    (void)gi.fail(ImportErrorKind::Invalid,
+                  "invalid model: not an ONNX ModelProto (protobuf parse "
+                  "failed)");
+    return nullptr;
+  }
+  if (!model.has_graph() ||
+      (model.graph().node_size() == 0 && model.graph().output_size() == 0)) {
+    (void)gi.fail(ImportErrorKind::Invalid,
+                  "invalid model: the model has no graph (is this an ONNX "
+                  "file?)");
+    return nullptr;
+  }
+  int64_t opset = -1;
+  for (const auto &o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx")
+      opset = o.version();
+  if (opset < 0) {
+    if (model.opset_import_size() == 0 && model.ir_version() < 3)
+      opset = 1;
+    else if (model.graph().node_size() > 0) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "invalid model: no opset_import for the default ONNX "
+                    "domain");
+      return nullptr;
+    }
+  }
+  if (failed(runOnnxChecks(gi, model, opset)))
+    return nullptr;
+  const onnx::GraphProto &graph = model.graph();
+
+  OpBuilder &b = gi.builder;
+  Location loc = gi.loc;
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  if (!graph.name().empty())
+    (*module)->setAttr("ddpc.graph_name", b.getStringAttr(graph.name()));
+  (*module)->setAttr("ddpc.opset", b.getI64IntegerAttr(opset));
+
+  // Initializers are constants.
+  llvm::StringSet<> initNames;
+  for (const auto &t : graph.initializer()) {
+    auto attr = gi.tensorToAttr(t, "initializer");
+    if (failed(attr))
+      return nullptr;
+    gi.constants[t.name()] = {*attr, t.data_type()};
+    initNames.insert(t.name());
+  }
+
+  // Function signature from the non-initializer graph inputs.
+  SmallVector<Type> argTypes;
+  SmallVector<const onnx::ValueInfoProto *> argInfos;
+  for (const auto &vi : graph.input()) {
+    if (initNames.contains(vi.name()))
+      continue;
+    if (!vi.type().has_tensor_type()) {
+      (void)gi.fail(ImportErrorKind::Unsupported,
+                    "unsupported: graph input '" + vi.name() +
+                        "' is not a tensor (sequence, map and optional "
+                        "inputs are not supported)");
+      return nullptr;
+    }
+    int32_t dtype = vi.type().tensor_type().elem_type();
+    Type elem = gi.elementType(dtype);
+    if (!elem) {
+      (void)gi.fail(ImportErrorKind::Unsupported,
+                    "unsupported: graph input '" + vi.name() + "' has dtype " +
+                        dtypeName(dtype));
+      return nullptr;
+    }
+    SmallVector<int64_t> shape;
+    if (failed(bindInputShape(gi, vi, shape)))
+      return nullptr;
+    argTypes.push_back(RankedTensorType::get(shape, elem));
+    argInfos.push_back(&vi);
+  }
+
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(b, loc, "main_graph",
+                                   b.getFunctionType(argTypes, {}));
+  Block *entry = func.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  for (auto [i, vi] : llvm::enumerate(argInfos)) {
+    int32_t dtype = vi->type().tensor_type().elem_type();
+    gi.values[vi->name()] = TValue{entry->getArgument(i), dtype};
+    func.setArgAttr(i, "ddpc.name", b.getStringAttr(vi->name()));
+    func.setArgAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+  }
+
+  const OpRegistry &ops = getRegistry();
+  for (const auto &node : graph.node()) {
+    const std::string &domain = node.domain();
+    int64_t nodeOpset = opset;
+    if (!domain.empty() && domain != "ai.onnx") {
+      nodeOpset = -1;
+      for (const auto &o : model.opset_import())
+        if (o.domain() == domain)
+          nodeOpset = o.version();
+    }
+    NodeContext ctx(gi, node, nodeOpset);
+    for (int i = 0; i < node.input_size(); ++i) {
+      const std::string &in = node.input(i);
+      if (!in.empty() && !gi.values.count(in) && !gi.constants.count(in)) {
+        (void)ctx.invalid("input '" + in +
+                          "' is not produced by any earlier node, graph input "
+                          "or initializer");
+        return nullptr;
+      }
+    }
+    const NodeImportFn *fn = (domain.empty() || domain == "ai.onnx")
+                                 ? ops.lookup(node.op_type())
+                                 : nullptr;
+    if (!fn) {
+      (void)gi.fail(ImportErrorKind::Unsupported,
+                    "unsupported op " + ctx.describe());
+      return nullptr;
+    }
+    if (failed((*fn)(ctx))) {
+      if (error.kind == ImportErrorKind::None)
+        (void)ctx.unsupported("import failed");
+      return nullptr;
+    }
+    for (int i = 0; i < node.output_size(); ++i) {
+      const std::string &out = node.output(i);
+      if (!out.empty() && !gi.values.count(out) && !gi.constants.count(out)) {
+        (void)ctx.unsupported("optional output #" + Twine(i) + " ('" + out +
+                              "') is not supported");
+        return nullptr;
+      }
+    }
+  }
+
+  // Results.
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  for (const auto &vi : graph.output()) {
+    if (!gi.values.count(vi.name()) && !gi.constants.count(vi.name())) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "invalid model: graph output '" + vi.name() +
+                        "' is never produced");
+      return nullptr;
+    }
+    TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()]
+                                          : gi.materialize(vi.name());
+    results.push_back(v.value);
+    resultTypes.push_back(v.value.getType());
+  }
+  func::ReturnOp::create(b, loc, results);
+  func.setFunctionType(b.getFunctionType(argTypes, resultTypes));
+  for (auto [i, vi] : llvm::enumerate(graph.output())) {
+    TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()] : TValue{};
+    int32_t dtype = v.value ? v.dtype : gi.constants[vi.name()].second;
+    func.setResultAttr(i, "ddpc.name", b.getStringAttr(vi.name()));
+    func.setResultAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+  }
+
+  if (failed(verify(*module))) {
+    (void)gi.fail(ImportErrorKind::Invalid,
+                  "internal error: the imported IR does not verify");
+    return nullptr;
+  }
+  return module;
+}
+
+} // namespace ddpc

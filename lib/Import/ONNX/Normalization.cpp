@@ -1,0 +1,319 @@
+//===- Normalization.cpp - Import of ONNX normalization ops ---------------===//
+//
+// Part of ddpc. Softmax, LogSoftmax (numerically stable: x - max),
+// BatchNormalization (inference form), LayerNormalization,
+// InstanceNormalization and LRN.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GraphImporter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+using namespace mlir;
+
+namespace ddpc::onnx_import {
+namespace {
+
+SmallVector<int64_t> keptShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> axes) {
+  SmallVector<int64_t> s;
+  for (int64_t d = 0; d < (int64_t)shape.size(); ++d)
+    s.push_back(llvm::is_contained(axes, d) ? 1 : shape[d]);
+  return s;
+}
+
+Value reduceSum(OpBuilder &b, Location l, Value x, ArrayRef<int64_t> axes) {
+  Type elem = cast<RankedTensorType>(x.getType()).getElementType();
+  return buildReduction(b, l, x, axes, true, scalarAttr(elem, 0.0),
+                        [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
+                          return arith::AddFOp::create(nb, nl, a[0], a[1]);
+                        });
+}
+
+Value reduceMax(OpBuilder &b, Location l, Value x, ArrayRef<int64_t> axes) {
+  Type elem = cast<RankedTensorType>(x.getType()).getElementType();
+  return buildReduction(b, l, x, axes, true, lowestAttr(elem, false),
+                        [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
+                          return arith::MaximumFOp::create(nb, nl, a[0], a[1]);
+                        });
+}
+
+LogicalResult importSoftmax(NodeContext &ctx, bool logSoftmax) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", ctx.opset < 13 ? 1 : -1),
+                              rank);
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  SmallVector<int64_t> axes;
+  // Before opset 13 the input is coerced to 2-D at `axis`.
+  for (int64_t d = *axisOr; d < (ctx.opset < 13 ? rank : *axisOr + 1); ++d)
+    axes.push_back(d);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  Value m = reduceMax(b, loc, x.value, axes);
+  Value e = buildElementwise(
+      b, loc, ValueRange{x.value, m}, x.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return math::ExpOp::create(nb, l,
+                                   arith::SubFOp::create(nb, l, a[0], a[1]));
+      });
+  Value s = reduceSum(b, loc, e, axes);
+  Value r;
+  if (logSoftmax)
+    r = buildElementwise(
+        b, loc, ValueRange{x.value, m, s}, x.shape(), elem,
+        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          return arith::SubFOp::create(
+              nb, l, arith::SubFOp::create(nb, l, a[0], a[1]),
+              math::LogOp::create(nb, l, a[2]));
+        });
+  else
+    r = buildElementwise(b, loc, ValueRange{e, s}, x.shape(), elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return arith::DivFOp::create(nb, l, a[0], a[1]);
+                         });
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+/// Reshapes a per-channel [C] tensor to [C, 1, ..., 1] so that numpy
+/// broadcasting against [N, C, d1, ...] aligns it with axis 1.
+Value channelParam(OpBuilder &b, Location l, Value p, int64_t rank) {
+  auto t = cast<RankedTensorType>(p.getType());
+  SmallVector<int64_t> s{t.getNumElements()};
+  s.append(std::max<int64_t>(rank - 2, 0), 1);
+  return buildReshape(b, l, p, s);
+}
+
+LogicalResult importBatchNorm(NodeContext &ctx) {
+  if (ctx.attrInt("training_mode", 0) != 0)
+    return ctx.unsupported("training_mode=1 in an inference program");
+  if (ctx.opset < 9 && ctx.attrInt("spatial", 1) == 0)
+    return ctx.unsupported("spatial=0");
+  if (ctx.opset < 7 && ctx.hasAttr("is_test") && ctx.attrInt("is_test", 0) == 0)
+    return ctx.unsupported("is_test=0 (training)");
+  for (int i = 1; i < ctx.numOutputs(); ++i)
+    if (ctx.hasOutput(i))
+      return ctx.unsupported("running-statistics outputs (training mode)");
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (x.rank() < 2)
+    return ctx.invalid("input must have rank >= 2");
+  int64_t c = x.shape()[1];
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  SmallVector<Value> params;
+  for (int i = 1; i <= 4; ++i) {
+    TValue p = ctx.input(i);
+    if (p.rank() != 1 || p.shape()[0] != c)
+      return ctx.invalid("parameter #" + Twine(i) + " must have shape [C]");
+    Value v = p.value;
+    if (p.elementType() != x.elementType())
+      v = buildElementwise(b, loc, v, p.shape(), x.elementType(),
+                           [&](OpBuilder &nb, Location l, ValueRange a) {
+                             return castScalar(nb, l, a[0], p.dtype, x.dtype,
+                                               x.elementType());
+                           });
+    params.push_back(channelParam(b, loc, v, x.rank()));
+  }
+  double eps = ctx.attrFloat("epsilon", 1e-5f);
+  Type elem = x.elementType();
+  SmallVector<Value> ins{x.value};
+  ins.append(params);
+  Value r = buildElementwise(
+      b, loc, ins, x.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        // (x - mean) / sqrt(var + eps) * scale + bias
+        Value inv = math::RsqrtOp::create(
+            nb, l,
+            arith::AddFOp::create(nb, l, a[4], scalarConst(nb, l, elem, eps)));
+        Value n = arith::MulFOp::create(
+            nb, l, arith::SubFOp::create(nb, l, a[0], a[3]), inv);
+        return arith::AddFOp::create(nb, l,
+                                     arith::MulFOp::create(nb, l, n, a[1]),
+                                     a[2]);
+      });
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+/// Normalizes `x` over `axes`: returns (x - mean), mean and 1/sqrt(var+eps),
+/// the last two with the reduced dims kept as size 1.
+void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
+               double eps, Value &centered, Value &mean, Value &invStd) {
+  auto t = cast<RankedTensorType>(x.getType());
+  Type elem = t.getElementType();
+  int64_t count = 1;
+  for (int64_t a : axes)
+    count *= t.getDimSize(a);
+  auto ks = keptShape(t.getShape(), axes);
+  Value sum = reduceSum(b, loc, x, axes);
+  mean = buildElementwise(b, loc, sum, ks, elem,
+                          [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return arith::DivFOp::create(
+                                nb, l, a[0], scalarConst(nb, l, elem, count));
+                          });
+  centered = buildElementwise(
+      b, loc, ValueRange{x, mean}, t.getShape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::SubFOp::create(nb, l, a[0], a[1]);
+      });
+  Value sq = buildElementwise(b, loc, centered, t.getShape(), elem,
+                              [&](OpBuilder &nb, Location l, ValueRange a) {
+                                return arith::MulFOp::create(nb, l, a[0], a[0])
+                                    .getResult();
+                              });
+  Value var = reduceSum(b, loc, sq, axes);
+  invStd = buildElementwise(
+      b, loc, var, ks, elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value v = arith::DivFOp::create(nb, l, a[0],
+                                        scalarConst(nb, l, elem, count));
+        return math::RsqrtOp::create(
+            nb, l, arith::AddFOp::create(nb, l, v, scalarConst(nb, l, elem, eps)));
+      });
+}
+
+LogicalResult importLayerNorm(NodeContext &ctx) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", -1), rank);
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  SmallVector<int64_t> axes;
+  for (int64_t d = *axisOr; d < rank; ++d)
+    axes.push_back(d);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Value centered, mean, invStd;
+  normalize(b, loc, x.value, axes, ctx.attrFloat("epsilon", 1e-5f), centered,
+            mean, invStd);
+  SmallVector<Value> ins{centered, invStd, ctx.input(1).value};
+  bool hasBias = ctx.hasInput(2);
+  if (hasBias)
+    ins.push_back(ctx.input(2).value);
+  for (size_t i = 2; i < ins.size(); ++i)
+    if (failed(broadcastShapes(
+            {cast<RankedTensorType>(ins[i].getType()).getShape(), x.shape()})))
+      return ctx.invalid("Scale/B cannot be broadcast to X");
+  Value y = buildElementwise(
+      b, loc, ins, x.shape(), x.elementType(),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value v = arith::MulFOp::create(
+            nb, l, arith::MulFOp::create(nb, l, a[0], a[1]), a[2]);
+        return hasBias ? arith::AddFOp::create(nb, l, v, a[3]).getResult() : v;
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  ctx.setOutput(1, {mean, x.dtype});
+  ctx.setOutput(2, {invStd, x.dtype});
+  return success();
+}
+
+LogicalResult importInstanceNorm(NodeContext &ctx) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  if (rank < 3)
+    return ctx.invalid("input must have rank >= 3");
+  SmallVector<int64_t> axes;
+  for (int64_t d = 2; d < rank; ++d)
+    axes.push_back(d);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Value centered, mean, invStd;
+  normalize(b, loc, x.value, axes, ctx.attrFloat("epsilon", 1e-5f), centered,
+            mean, invStd);
+  Value scale = channelParam(b, loc, ctx.input(1).value, rank);
+  Value bias = channelParam(b, loc, ctx.input(2).value, rank);
+  Value y = buildElementwise(
+      b, loc, ValueRange{centered, invStd, scale, bias}, x.shape(),
+      x.elementType(), [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value v = arith::MulFOp::create(
+            nb, l, arith::MulFOp::create(nb, l, a[0], a[1]), a[2]);
+        return arith::AddFOp::create(nb, l, v, a[3]);
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  return success();
+}
+
+/// LRN (AlexNet): y = x / (bias + alpha/size * sum_{window over C} x^2)^beta.
+LogicalResult importLRN(NodeContext &ctx) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  if (rank < 3)
+    return ctx.invalid("input must have rank >= 3");
+  int64_t size = ctx.attrInt("size", 0);
+  if (size <= 0)
+    return ctx.invalid("size must be positive");
+  double alpha = ctx.attrFloat("alpha", 1e-4f), beta = ctx.attrFloat("beta", 0.75f),
+         bias = ctx.attrFloat("bias", 1.0f);
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  MLIRContext *mctx = b.getContext();
+  Type elem = x.elementType();
+  Value sq = buildElementwise(b, loc, x.value, x.shape(), elem,
+                              [](OpBuilder &nb, Location l, ValueRange a) {
+                                return arith::MulFOp::create(nb, l, a[0], a[0])
+                                    .getResult();
+                              });
+  SmallVector<int64_t> low(rank, 0), high(rank, 0);
+  low[1] = lo;
+  high[1] = hi;
+  Value sqPad = buildPad(b, loc, sq, low, high, scalarAttr(elem, 0.0));
+  // Iteration: [n, c, spatial..., k]; reads sqPad[n, c + k, spatial...].
+  SmallVector<AffineExpr> exprs;
+  for (int64_t d = 0; d < rank; ++d)
+    exprs.push_back(d == 1 ? getAffineDimExpr(1, mctx) +
+                                 getAffineDimExpr(rank, mctx)
+                           : getAffineDimExpr(d, mctx));
+  // The window dim size comes from an input of shape [size].
+  Value window = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{size}, elem);
+  AffineMap winMap =
+      AffineMap::get(rank + 1, 0, {getAffineDimExpr(rank, mctx)}, mctx);
+  Value sum = buildGeneric(b, loc, ValueRange{sqPad, window},
+                           {AffineMap::get(rank + 1, 0, exprs, mctx), winMap},
+                           x.shape(), elem, 1, scalarAttr(elem, 0.0),
+                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                             return arith::AddFOp::create(nb, l, a[2], a[0]);
+                           });
+  Value y = buildElementwise(
+      b, loc, ValueRange{x.value, sum}, x.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value d = arith::AddFOp::create(
+            nb, l, scalarConst(nb, l, elem, bias),
+            arith::MulFOp::create(nb, l, scalarConst(nb, l, elem, alpha / size),
+                                  a[1]));
+        return arith::DivFOp::create(
+            nb, l, a[0],
+            math::PowFOp::create(nb, l, d, scalarConst(nb, l, elem, beta)));
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  return success();
+}
+
+} // namespace
+
+void registerNormalizationOps(OpRegistry &r) {
+  r.add("Softmax", [](NodeContext &c) { return importSoftmax(c, false); });
+  r.add("LogSoftmax", [](NodeContext &c) { return importSoftmax(c, true); });
+  r.add("BatchNormalization", importBatchNorm);
+  r.add("LayerNormalization", importLayerNorm);
+  r.add("InstanceNormalization", importInstanceNorm);
+  r.add("LRN", importLRN);
+}
+
+} // namespace ddpc::onnx_import

@@ -1,0 +1,604 @@
+//===- Shape.cpp - Import of ONNX data-movement and shape ops -------------===//
+//
+// Part of ddpc. Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat,
+// Slice, Gather, Expand, Shape, Constant, ConstantOfShape, Identity and
+// Dropout (inference). Shapes are static, so shape-producing ops (Shape,
+// ConstantOfShape, and ops on import-time constants) fold on the host.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GraphImporter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+using namespace mlir;
+
+namespace ddpc::onnx_import {
+namespace {
+
+DenseElementsAttr i64Attr(MLIRContext *ctx, ArrayRef<int64_t> shape,
+                          ArrayRef<int64_t> values) {
+  auto t = RankedTensorType::get(shape, IntegerType::get(ctx, 64));
+  return DenseElementsAttr::get(t, values);
+}
+
+/// Reshapes a host constant (no data movement).
+DenseElementsAttr reshapeConst(DenseElementsAttr a, ArrayRef<int64_t> shape) {
+  return a.reshape(RankedTensorType::get(shape, a.getElementType()));
+}
+
+/// Output shape of Reshape per the ONNX spec (0 copies, -1 infers).
+FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &ctx,
+                                              ArrayRef<int64_t> inShape,
+                                              ArrayRef<int64_t> spec,
+                                              bool allowZero) {
+  SmallVector<int64_t> out;
+  int64_t inferIdx = -1, known = 1;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    int64_t d = spec[i];
+    if (d == 0 && !allowZero) {
+      if (i >= inShape.size()) {
+        (void)ctx.invalid("shape entry 0 at an index past the input rank");
+        return failure();
+      }
+      d = inShape[i];
+    }
+    if (d == -1) {
+      if (inferIdx >= 0) {
+        (void)ctx.invalid("shape has more than one -1");
+        return failure();
+      }
+      inferIdx = i;
+      out.push_back(1);
+      continue;
+    }
+    if (d < 0) {
+      (void)ctx.invalid("negative shape entry " + Twine(d));
+      return failure();
+    }
+    known *= d;
+    out.push_back(d);
+  }
+  int64_t total = numElements(inShape);
+  if (inferIdx >= 0) {
+    if (known == 0 || total % known != 0) {
+      (void)ctx.invalid("cannot infer the -1 dimension");
+      return failure();
+    }
+    out[inferIdx] = total / known;
+  } else if (known != total) {
+    (void)ctx.invalid("reshape from " + Twine(total) + " to " + Twine(known) +
+                      " elements");
+    return failure();
+  }
+  return out;
+}
+
+LogicalResult setReshaped(NodeContext &ctx, ArrayRef<int64_t> shape) {
+  if (auto c = ctx.constInput(0)) {
+    int32_t dt = ctx.importer.constants[ctx.node.input(0)].second;
+    return ctx.setConstOutput(0, reshapeConst(*c, shape), dt);
+  }
+  TValue x = ctx.input(0);
+  ctx.setOutput(0, {buildReshape(ctx.builder(), ctx.loc(), x.value, shape),
+                    x.dtype});
+  return success();
+}
+
+/// Shape and dtype of input `i`, whether constant or not.
+SmallVector<int64_t> inputShape(NodeContext &ctx, int i) {
+  if (auto c = ctx.constInput(i)) {
+    auto s = cast<RankedTensorType>(c->getType()).getShape();
+    return SmallVector<int64_t>(s.begin(), s.end());
+  }
+  auto s = ctx.input(i).shape();
+  return SmallVector<int64_t>(s.begin(), s.end());
+}
+
+LogicalResult importReshape(NodeContext &ctx) {
+  SmallVector<int64_t> spec;
+  if (ctx.opset < 5) {
+    spec = ctx.attrInts("shape");
+  } else {
+    auto s = ctx.constIntsInput(1);
+    if (failed(s))
+      return failure();
+    spec = *s;
+  }
+  auto shape = reshapeTarget(ctx, inputShape(ctx, 0), spec,
+                             ctx.attrInt("allowzero", 0) != 0);
+  if (failed(shape))
+    return failure();
+  return setReshaped(ctx, *shape);
+}
+
+LogicalResult importFlatten(NodeContext &ctx) {
+  auto in = inputShape(ctx, 0);
+  int64_t rank = in.size();
+  int64_t axis = ctx.attrInt("axis", 1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis > rank)
+    return ctx.invalid("axis out of range");
+  int64_t a = numElements(ArrayRef<int64_t>(in).take_front(axis));
+  int64_t b = numElements(ArrayRef<int64_t>(in).drop_front(axis));
+  return setReshaped(ctx, {a, b});
+}
+
+FailureOr<SmallVector<int64_t>> axesOf(NodeContext &ctx, int inputIdx,
+                                       int64_t rank) {
+  SmallVector<int64_t> axes;
+  if (ctx.opset >= 13) {
+    if (ctx.hasInput(inputIdx)) {
+      auto a = ctx.constIntsInput(inputIdx);
+      if (failed(a))
+        return failure();
+      axes = *a;
+    }
+  } else {
+    axes = ctx.attrInts("axes");
+  }
+  for (auto &a : axes) {
+    auto n = normalizeAxis(a, rank);
+    if (failed(n)) {
+      (void)ctx.invalid("axis " + Twine(a) + " out of range");
+      return failure();
+    }
+    a = *n;
+  }
+  llvm::sort(axes);
+  return axes;
+}
+
+LogicalResult importSqueeze(NodeContext &ctx) {
+  auto in = inputShape(ctx, 0);
+  auto axes = axesOf(ctx, 1, in.size());
+  if (failed(axes))
+    return failure();
+  SmallVector<int64_t> out;
+  for (int64_t d = 0; d < (int64_t)in.size(); ++d) {
+    bool drop = axes->empty() ? in[d] == 1 : llvm::is_contained(*axes, d);
+    if (drop && in[d] != 1)
+      return ctx.invalid("cannot squeeze dimension " + Twine(d) + " of size " +
+                         Twine(in[d]));
+    if (!drop)
+      out.push_back(in[d]);
+  }
+  return setReshaped(ctx, out);
+}
+
+LogicalResult importUnsqueeze(NodeContext &ctx) {
+  auto in = inputShape(ctx, 0);
+  SmallVector<int64_t> raw;
+  if (ctx.opset >= 13) {
+    auto a = ctx.constIntsInput(1);
+    if (failed(a))
+      return failure();
+    raw = *a;
+  } else {
+    raw = ctx.attrInts("axes");
+  }
+  int64_t outRank = in.size() + raw.size();
+  SmallVector<int64_t> axes;
+  for (int64_t a : raw) {
+    auto n = normalizeAxis(a, outRank);
+    if (failed(n))
+      return ctx.invalid("axis " + Twine(a) + " out of range");
+    axes.push_back(*n);
+  }
+  SmallVector<int64_t> out;
+  size_t j = 0;
+  for (int64_t d = 0; d < outRank; ++d) {
+    if (llvm::is_contained(axes, d))
+      out.push_back(1);
+    else if (j < in.size())
+      out.push_back(in[j++]);
+    else
+      return ctx.invalid("duplicate axes");
+  }
+  return setReshaped(ctx, out);
+}
+
+LogicalResult importTranspose(NodeContext &ctx) {
+  TValue x = ctx.input(0);
+  int64_t rank = x.rank();
+  SmallVector<int64_t> perm = ctx.attrInts("perm");
+  if (perm.empty())
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  if ((int64_t)perm.size() != rank)
+    return ctx.invalid("perm has the wrong length");
+  SmallVector<int64_t> outShape;
+  SmallVector<AffineExpr> exprs(rank);
+  MLIRContext *mctx = &ctx.importer.context;
+  for (int64_t i = 0; i < rank; ++i) {
+    auto p = normalizeAxis(perm[i], rank);
+    if (failed(p))
+      return ctx.invalid("perm entry out of range");
+    outShape.push_back(x.shape()[*p]);
+    exprs[*p] = getAffineDimExpr(i, mctx);
+  }
+  for (auto &e : exprs)
+    if (!e)
+      return ctx.invalid("perm is not a permutation");
+  Value r = buildGeneric(ctx.builder(), ctx.loc(), x.value,
+                         {AffineMap::get(rank, 0, exprs, mctx)}, outShape,
+                         x.elementType(), 0, std::nullopt,
+                         [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+LogicalResult importConcat(NodeContext &ctx) {
+  SmallVector<SmallVector<int64_t>> shapes;
+  for (int i = 0; i < ctx.numInputs(); ++i)
+    shapes.push_back(inputShape(ctx, i));
+  int64_t rank = shapes[0].size();
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", ctx.opset < 4 ? 1 : 0), rank);
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  int64_t axis = *axisOr;
+  SmallVector<int64_t> outShape = shapes[0];
+  outShape[axis] = 0;
+  for (auto &s : shapes) {
+    if ((int64_t)s.size() != rank)
+      return ctx.invalid("inputs have different ranks");
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis && s[d] != shapes[0][d])
+        return ctx.invalid("inputs differ outside the concat axis");
+    outShape[axis] += s[axis];
+  }
+  // Fold 1-D integer constants (shape computations).
+  bool allConst = rank == 1;
+  for (int i = 0; i < ctx.numInputs() && allConst; ++i)
+    allConst = ctx.constInput(i) &&
+               isa<IntegerType>(ctx.constInput(i)->getElementType()) &&
+               ctx.constInput(i)->getElementType().getIntOrFloatBitWidth() == 64;
+  if (allConst) {
+    SmallVector<int64_t> vals;
+    for (int i = 0; i < ctx.numInputs(); ++i)
+      for (const APInt &v : ctx.constInput(i)->getValues<APInt>())
+        vals.push_back(v.getSExtValue());
+    return ctx.setConstOutput(
+        0, i64Attr(&ctx.importer.context, outShape, vals),
+        ctx.importer.constants[ctx.node.input(0)].second);
+  }
+  TValue first = ctx.input(0);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Value out = tensor::EmptyOp::create(b, loc, outShape, first.elementType());
+  int64_t offset = 0;
+  for (int i = 0; i < ctx.numInputs(); ++i) {
+    TValue t = ctx.input(i);
+    if (t.dtype != first.dtype)
+      return ctx.invalid("inputs have different dtypes");
+    if (t.shape()[axis] == 0)
+      continue;
+    SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0)),
+        sizes, strides(rank, b.getIndexAttr(1));
+    offsets[axis] = b.getIndexAttr(offset);
+    for (int64_t d : t.shape())
+      sizes.push_back(b.getIndexAttr(d));
+    out = tensor::InsertSliceOp::create(b, loc, t.value, out, offsets, sizes,
+                                        strides);
+    offset += t.shape()[axis];
+  }
+  ctx.setOutput(0, {out, first.dtype});
+  return success();
+}
+
+LogicalResult importSlice(NodeContext &ctx) {
+  auto inShape = inputShape(ctx, 0);
+  int64_t rank = inShape.size();
+  SmallVector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset < 10) {
+    starts = ctx.attrInts("starts");
+    ends = ctx.attrInts("ends");
+    axes = ctx.attrInts("axes");
+  } else {
+    auto s = ctx.constIntsInput(1), e = ctx.constIntsInput(2);
+    if (failed(s) || failed(e))
+      return failure();
+    starts = *s;
+    ends = *e;
+    if (ctx.hasInput(3)) {
+      auto a = ctx.constIntsInput(3);
+      if (failed(a))
+        return failure();
+      axes = *a;
+    }
+    if (ctx.hasInput(4)) {
+      auto st = ctx.constIntsInput(4);
+      if (failed(st))
+        return failure();
+      steps = *st;
+    }
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(i);
+  if (steps.empty())
+    steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return ctx.invalid("starts/ends/axes/steps lengths differ");
+  SmallVector<int64_t> outStart(rank, 0), outStep(rank, 1),
+      outShape(inShape.begin(), inShape.end());
+  for (size_t i = 0; i < starts.size(); ++i) {
+    auto ax = normalizeAxis(axes[i], rank);
+    if (failed(ax))
+      return ctx.invalid("axis out of range");
+    int64_t dim = inShape[*ax], step = steps[i];
+    if (step == 0)
+      return ctx.invalid("step 0");
+    int64_t s = starts[i], e = ends[i];
+    // Clamp per the ONNX spec.
+    if (s < 0)
+      s += dim;
+    if (e < 0)
+      e += dim;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+    }
+    int64_t n = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
+    outShape[*ax] = std::max<int64_t>(n, 0);
+    outStart[*ax] = s;
+    outStep[*ax] = step;
+  }
+  // Constant folding of 1-D integer slices (shape computations).
+  if (auto c = ctx.constInput(0)) {
+    if (rank == 1 && isa<IntegerType>(c->getElementType()) &&
+        c->getElementType().getIntOrFloatBitWidth() == 64) {
+      SmallVector<int64_t> all, vals;
+      for (const APInt &v : c->getValues<APInt>())
+        all.push_back(v.getSExtValue());
+      for (int64_t i = 0; i < outShape[0]; ++i)
+        vals.push_back(all[outStart[0] + i * outStep[0]]);
+      return ctx.setConstOutput(
+          0, i64Attr(&ctx.importer.context, outShape, vals),
+          ctx.importer.constants[ctx.node.input(0)].second);
+    }
+  }
+  TValue x = ctx.input(0);
+  MLIRContext *mctx = &ctx.importer.context;
+  SmallVector<AffineExpr> exprs;
+  for (int64_t d = 0; d < rank; ++d)
+    exprs.push_back(getAffineDimExpr(d, mctx) * outStep[d] + outStart[d]);
+  if (numElements(outShape) == 0) {
+    Value r = tensor::EmptyOp::create(ctx.builder(), ctx.loc(), outShape,
+                                      x.elementType());
+    ctx.setOutput(0, {r, x.dtype});
+    return success();
+  }
+  Value r = buildGeneric(ctx.builder(), ctx.loc(), x.value,
+                         {AffineMap::get(rank, 0, exprs, mctx)}, outShape,
+                         x.elementType(), 0, std::nullopt,
+                         [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+LogicalResult importGather(NodeContext &ctx) {
+  auto dataShape = inputShape(ctx, 0);
+  auto idxShape = inputShape(ctx, 1);
+  int64_t rank = dataShape.size();
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", 0), rank);
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  int64_t axis = *axisOr;
+  SmallVector<int64_t> outShape(dataShape.begin(), dataShape.begin() + axis);
+  outShape.append(idxShape.begin(), idxShape.end());
+  outShape.append(dataShape.begin() + axis + 1, dataShape.end());
+  // Fold gathers on 1-D integer constants (e.g. Shape -> Gather).
+  if (auto c = ctx.constInput(0)) {
+    auto idx = ctx.constInput(1);
+    if (idx && rank == 1 && isa<IntegerType>(c->getElementType()) &&
+        c->getElementType().getIntOrFloatBitWidth() == 64) {
+      SmallVector<int64_t> all, vals;
+      for (const APInt &v : c->getValues<APInt>())
+        all.push_back(v.getSExtValue());
+      for (const APInt &v : idx->getValues<APInt>()) {
+        int64_t i = v.getSExtValue();
+        if (i < 0)
+          i += rank == 1 ? dataShape[0] : 0;
+        if (i < 0 || i >= dataShape[0])
+          return ctx.invalid("index out of range");
+        vals.push_back(all[i]);
+      }
+      return ctx.setConstOutput(
+          0, i64Attr(&ctx.importer.context, outShape, vals),
+          ctx.importer.constants[ctx.node.input(0)].second);
+    }
+  }
+  TValue data = ctx.input(0), indices = ctx.input(1);
+  if (!isa<IntegerType>(indices.elementType()))
+    return ctx.invalid("indices must be integers");
+  MLIRContext *mctx = &ctx.importer.context;
+  int64_t q = idxShape.size();
+  int64_t outRank = outShape.size();
+  // Iteration space = output dims. Indices are read at dims [axis, axis+q).
+  SmallVector<AffineExpr> idxExprs;
+  for (int64_t i = 0; i < q; ++i)
+    idxExprs.push_back(getAffineDimExpr(axis + i, mctx));
+  AffineMap idxMap = AffineMap::get(outRank, 0, idxExprs, mctx);
+  int64_t dimSize = dataShape[axis];
+  Value dataV = data.value;
+  Value r = buildGeneric(
+      ctx.builder(), ctx.loc(), indices.value, {idxMap}, outShape,
+      data.elementType(), 0, std::nullopt,
+      [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        Value idx = arith::IndexCastOp::create(b, l, b.getIndexType(), a[0]);
+        // Negative indices count from the end.
+        Value zero = arith::ConstantIndexOp::create(b, l, 0);
+        Value n = arith::ConstantIndexOp::create(b, l, dimSize);
+        Value neg = arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, idx,
+                                          zero);
+        idx = arith::SelectOp::create(b, l, neg,
+                                      arith::AddIOp::create(b, l, idx, n), idx);
+        SmallVector<Value> coords;
+        for (int64_t d = 0; d < axis; ++d)
+          coords.push_back(linalg::IndexOp::create(b, l, d));
+        coords.push_back(idx);
+        for (int64_t d = axis + 1; d < rank; ++d)
+          coords.push_back(linalg::IndexOp::create(b, l, d - 1 + q));
+        return tensor::ExtractOp::create(b, l, dataV, coords);
+      });
+  ctx.setOutput(0, {r, data.dtype});
+  return success();
+}
+
+LogicalResult importExpand(NodeContext &ctx) {
+  auto spec = ctx.constIntsInput(1);
+  if (failed(spec))
+    return failure();
+  TValue x = ctx.input(0);
+  auto out = broadcastShapes({x.shape(), ArrayRef<int64_t>(*spec)});
+  if (failed(out))
+    return ctx.invalid("shape cannot be broadcast to the input");
+  Value r = buildElementwise(ctx.builder(), ctx.loc(), x.value, *out,
+                             x.elementType(),
+                             [](OpBuilder &, Location, ValueRange a) {
+                               return a[0];
+                             });
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
+}
+
+LogicalResult importShape(NodeContext &ctx) {
+  auto in = inputShape(ctx, 0);
+  int64_t rank = in.size();
+  int64_t start = ctx.attrInt("start", 0), end = ctx.attrInt("end", rank);
+  if (start < 0)
+    start += rank;
+  if (end < 0)
+    end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  SmallVector<int64_t> vals;
+  for (int64_t i = start; i < end; ++i)
+    vals.push_back(in[i]);
+  return ctx.setConstOutput(
+      0,
+      i64Attr(&ctx.importer.context, {(int64_t)vals.size()}, vals), kInt64);
+}
+
+LogicalResult importSize(NodeContext &ctx) {
+  return ctx.setConstOutput(
+      0, i64Attr(&ctx.importer.context, {}, {numElements(inputShape(ctx, 0))}),
+      kInt64);
+}
+
+LogicalResult importConstant(NodeContext &ctx) {
+  MLIRContext *mctx = &ctx.importer.context;
+  if (const auto *a = ctx.attr("value")) {
+    auto attr = ctx.importer.tensorToAttr(a->t(), "Constant value");
+    if (failed(attr))
+      return failure();
+    return ctx.setConstOutput(0, *attr, a->t().data_type());
+  }
+  if (const auto *a = ctx.attr("value_float"))
+    return ctx.setConstOutput(
+        0,
+        DenseElementsAttr::get(RankedTensorType::get({}, Float32Type::get(mctx)),
+                               a->f()),
+        kFloat);
+  if (const auto *a = ctx.attr("value_floats")) {
+    SmallVector<float> v(a->floats().begin(), a->floats().end());
+    return ctx.setConstOutput(
+        0,
+        DenseElementsAttr::get(
+            RankedTensorType::get({(int64_t)v.size()}, Float32Type::get(mctx)),
+            ArrayRef<float>(v)),
+        kFloat);
+  }
+  if (const auto *a = ctx.attr("value_int"))
+    return ctx.setConstOutput(0, i64Attr(mctx, {}, {a->i()}), kInt64);
+  if (const auto *a = ctx.attr("value_ints")) {
+    SmallVector<int64_t> v(a->ints().begin(), a->ints().end());
+    return ctx.setConstOutput(0, i64Attr(mctx, {(int64_t)v.size()}, v), kInt64);
+  }
+  return ctx.unsupported("only value, value_float(s) and value_int(s) "
+                         "constants are supported");
+}
+
+LogicalResult importConstantOfShape(NodeContext &ctx) {
+  auto shape = ctx.constIntsInput(0);
+  if (failed(shape))
+    return failure();
+  for (int64_t d : *shape)
+    if (d < 0)
+      return ctx.invalid("negative dimension");
+  int32_t dtype = kFloat;
+  Attribute value;
+  if (const auto *a = ctx.attr("value")) {
+    auto attr = ctx.importer.tensorToAttr(a->t(), "ConstantOfShape value");
+    if (failed(attr))
+      return failure();
+    dtype = a->t().data_type();
+    value = *attr->value_begin<Attribute>();
+  } else {
+    value = FloatAttr::get(Float32Type::get(&ctx.importer.context), 0.0);
+  }
+  auto type = RankedTensorType::get(*shape, ctx.importer.elementType(dtype));
+  return ctx.setConstOutput(0, DenseElementsAttr::get(type, value), dtype);
+}
+
+LogicalResult importIdentity(NodeContext &ctx) {
+  if (auto c = ctx.constInput(0))
+    return ctx.setConstOutput(0, *c,
+                              ctx.importer.constants[ctx.node.input(0)].second);
+  ctx.setOutput(0, ctx.input(0));
+  return success();
+}
+
+/// Dropout in inference mode is the identity; the optional mask is all true.
+LogicalResult importDropout(NodeContext &ctx) {
+  if (ctx.opset >= 12 && ctx.hasInput(2)) {
+    auto training = ctx.constInput(2);
+    if (!training)
+      return ctx.unsupported("training_mode must be a constant");
+    if (*training->value_begin<bool>())
+      return ctx.unsupported("training_mode=true (random masks) in inference "
+                             "programs");
+  }
+  if (ctx.opset < 7 && ctx.attrInt("is_test", 0) == 0)
+    return ctx.unsupported("is_test=0 (training mode)");
+  TValue x = ctx.input(0);
+  ctx.setOutput(0, x);
+  if (ctx.hasOutput(1)) {
+    auto t = RankedTensorType::get(x.shape(), ctx.builder().getI1Type());
+    Value mask = arith::ConstantOp::create(
+        ctx.builder(), ctx.loc(),
+        DenseElementsAttr::get(t, true));
+    ctx.setOutput(1, {mask, kBool});
+  }
+  return success();
+}
+
+} // namespace
+
+void registerShapeOps(OpRegistry &r) {
+  r.add("Reshape", importReshape);
+  r.add("Flatten", importFlatten);
+  r.add("Squeeze", importSqueeze);
+  r.add("Unsqueeze", importUnsqueeze);
+  r.add("Transpose", importTranspose);
+  r.add("Concat", importConcat);
+  r.add("Slice", importSlice);
+  r.add("Gather", importGather);
+  r.add("Expand", importExpand);
+  r.add("Shape", importShape);
+  r.add("Size", importSize);
+  r.add("Constant", importConstant);
+  r.add("ConstantOfShape", importConstantOfShape);
+  r.add("Identity", importIdentity);
+  r.add("Dropout", importDropout);
+}
+
+} // namespace ddpc::onnx_import

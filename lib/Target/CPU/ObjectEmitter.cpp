@@ -1,0 +1,119 @@
+//===- ObjectEmitter.cpp - LLVM dialect to native object file -------------===//
+//
+// Part of ddpc.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Target/CPU/ObjectEmitter.h"
+
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+#include <unistd.h>
+
+namespace ddpc {
+
+void registerCPUTranslations(mlir::DialectRegistry &registry) {
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+}
+
+bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
+                    const std::string &path, std::string &error,
+                    const std::string &llvmIRPath) {
+  static bool initialized = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)initialized;
+
+  llvm::LLVMContext llvmContext;
+  auto llvmModule = mlir::translateModuleToLLVMIR(module, llvmContext);
+  if (!llvmModule) {
+    error = "translation of the lowered module to LLVM IR failed";
+    return false;
+  }
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, lookupError);
+  if (!target) {
+    error = "no LLVM target for " + triple.str() + ": " + lookupError;
+    return false;
+  }
+  std::string cpu = options.cpu;
+  std::string features;
+  if (cpu == "native") {
+    cpu = llvm::sys::getHostCPUName().str();
+    llvm::SubtargetFeatures f;
+    for (auto &kv : llvm::sys::getHostCPUFeatures())
+      f.AddFeature(kv.first(), kv.second);
+    features = f.getString();
+  } else if (cpu == "generic") {
+    cpu = "x86-64";
+  }
+  llvm::TargetOptions targetOptions;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, cpu, features, targetOptions, llvm::Reloc::PIC_, std::nullopt,
+      options.optLevel >= 2 ? llvm::CodeGenOptLevel::Aggressive
+                            : llvm::CodeGenOptLevel::Default));
+  if (!tm) {
+    error = "cannot create an LLVM target machine for CPU '" + cpu + "'";
+    return false;
+  }
+  llvmModule->setDataLayout(tm->createDataLayout());
+  llvmModule->setTargetTriple(triple);
+
+  auto optimize = mlir::makeOptimizingTransformer(options.optLevel, 0, tm.get());
+  if (auto err = optimize(llvmModule.get())) {
+    error = "LLVM optimization failed: " + llvm::toString(std::move(err));
+    return false;
+  }
+  if (!llvmIRPath.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(llvmIRPath, ec, llvm::sys::fs::OF_None);
+    if (!ec)
+      llvmModule->print(os, nullptr);
+  }
+
+  std::string tmpPath = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmpPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      error = "cannot write " + tmpPath + ": " + ec.message();
+      return false;
+    }
+    llvm::legacy::PassManager pm;
+    if (tm->addPassesToEmitFile(pm, os, nullptr,
+                                llvm::CodeGenFileType::ObjectFile)) {
+      error = "the LLVM target cannot emit object files";
+      llvm::sys::fs::remove(tmpPath);
+      return false;
+    }
+    pm.run(*llvmModule);
+  }
+  if (auto ec = llvm::sys::fs::rename(tmpPath, path)) {
+    error = "cannot rename " + tmpPath + " to " + path + ": " + ec.message();
+    llvm::sys::fs::remove(tmpPath);
+    return false;
+  }
+  return true;
+}
+
+} // namespace ddpc

@@ -1,0 +1,161 @@
+//===- ddpc.cpp - The ddpc command-line driver ----------------------------===//
+//
+// Part of ddpc. A thin main over lib/Driver:
+//
+//   ddpc compile model.onnx --target cpu -o prog [--dim N=V] [--batch-size B]
+//
+// Exit codes: 0 success, 1 error (bad model, options, I/O), 2 unsupported
+// op/attribute/dtype.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Driver/Driver.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+static cl::SubCommand compileCmd(
+    "compile", "Compile an ONNX model into a native program or IR");
+
+static cl::OptionCategory category("ddpc compile options");
+
+static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
+                                      cl::desc("<model.onnx>"),
+                                      cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string>
+    outputFile("o", cl::desc("Output file (an executable by default; '-' "
+                             "for stdout with text --emit kinds)"),
+               cl::value_desc("file"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string> target("target",
+                                   cl::desc("Code generation target: cpu"),
+                                   cl::init("cpu"), cl::sub(compileCmd),
+                                   cl::cat(category));
+static cl::opt<ddpc::EmitKind> emit(
+    "emit", cl::desc("What to produce"), cl::init(ddpc::EmitKind::Executable),
+    cl::values(
+        clEnumValN(ddpc::EmitKind::MLIR, "mlir",
+                   "the imported IR (linalg on tensors); -o defaults to -"),
+        clEnumValN(ddpc::EmitKind::LoweredMLIR, "lowered-mlir",
+                   "the IR in the LLVM dialect"),
+        clEnumValN(ddpc::EmitKind::LLVMIR, "llvm", "optimized LLVM IR"),
+        clEnumValN(ddpc::EmitKind::Object, "obj",
+                   "an object file plus <out>.glue.c (model description)"),
+        clEnumValN(ddpc::EmitKind::Executable, "exe",
+                   "a native executable (default)")),
+    cl::sub(compileCmd), cl::cat(category));
+static cl::list<std::string>
+    dims("dim",
+         cl::desc("Bind a symbolic input dimension: --dim NAME=VALUE "
+                  "(repeatable)"),
+         cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<int64_t>
+    batchSize("batch-size",
+              cl::desc("Value for the leading dimension of every graph input "
+                       "left symbolic or unknown (per-rank batch)"),
+              cl::init(0), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string>
+    dumpIR("dump-ir",
+           cl::desc("Write the IR after import and after every pass to "
+                    "DIR/NN_<pass>.mlir"),
+           cl::value_desc("DIR"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<bool> printAfterAll("mlir-print-ir-after-all",
+                                   cl::desc("Print the IR after every pass "
+                                            "to stderr"),
+                                   cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string>
+    cpu("cpu",
+        cl::desc("CPU to generate code for: native (default), generic, or "
+                 "an LLVM CPU name such as skylake"),
+        cl::init("native"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<unsigned> optLevel("O", cl::desc("LLVM optimization level"),
+                                  cl::init(3), cl::Prefix, cl::sub(compileCmd),
+                                  cl::cat(category));
+static cl::opt<bool> noFusion("no-fusion",
+                              cl::desc("Disable elementwise op fusion"),
+                              cl::sub(compileCmd), cl::cat(category));
+static cl::opt<bool> noChecker(
+    "no-onnx-checker",
+    cl::desc("Skip the ONNX library's checker (IR <= 8, opset <= 17 only)"),
+    cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string>
+    runtimeDir("runtime-dir",
+               cl::desc("Folder holding libddpc_runtime.a (default: "
+                        "<bindir>/../lib)"),
+               cl::sub(compileCmd), cl::cat(category));
+static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
+                             cl::sub(compileCmd), cl::cat(category));
+
+static void printVersion(raw_ostream &os) {
+  os << "ddpc " << DDPC_VERSION << " (MLIR/LLVM " << LLVM_VERSION_STRING
+     << ")\n";
+}
+
+int main(int argc, char **argv) {
+  InitLLVM initLLVM(argc, argv);
+  cl::SetVersionPrinter(printVersion);
+  cl::HideUnrelatedOptions({&category});
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "ddpc: an ahead-of-time compiler from ONNX models to native programs\n\n"
+      "  ddpc compile model.onnx --target cpu -o prog\n"
+      "  ./prog --input NAME=x.npy ... --output-dir out/\n\n"
+      "Run 'ddpc compile --help' for the compile options.\n"
+      "Exit codes: 0 success, 1 error, 2 unsupported op/attribute/dtype.\n");
+
+  if (!compileCmd) {
+    errs() << "ddpc: no command given; try 'ddpc compile --help'\n";
+    return 1;
+  }
+
+  ddpc::CompileOptions options;
+  options.inputPath = inputFile;
+  options.outputPath = outputFile;
+  options.target = target;
+  options.emit = emit;
+  if (options.outputPath.empty()) {
+    if (emit == ddpc::EmitKind::MLIR || emit == ddpc::EmitKind::LoweredMLIR ||
+        emit == ddpc::EmitKind::LLVMIR) {
+      options.outputPath = "-";
+    } else {
+      errs() << "error: no output file: pass -o FILE\n";
+      return 1;
+    }
+  }
+  for (const std::string &d : dims) {
+    auto [name, value] = StringRef(d).split('=');
+    int64_t v;
+    if (name.empty() || value.getAsInteger(10, v) || v <= 0) {
+      errs() << "error: --dim expects NAME=VALUE with VALUE > 0, got '" << d
+             << "'\n";
+      return 1;
+    }
+    options.import.dims[name.str()] = v;
+  }
+  if (batchSize.getNumOccurrences()) {
+    if (batchSize <= 0) {
+      errs() << "error: --batch-size must be positive\n";
+      return 1;
+    }
+    options.import.batchSize = batchSize;
+  }
+  options.import.runChecker = !noChecker;
+  options.dumpIRDir = dumpIR;
+  options.printIRAfterAll = printAfterAll;
+  options.pipeline.fuseElementwise = !noFusion;
+  options.cpu.cpu = cpu;
+  options.cpu.optLevel = optLevel;
+  options.verbose = verbose;
+  options.runtimeLibDir =
+      runtimeDir.empty()
+          ? ddpc::defaultRuntimeLibDir(argv[0], (void *)&printVersion)
+          : std::string(runtimeDir);
+
+  std::string error;
+  int rc = ddpc::compile(options, error);
+  if (rc != 0)
+    errs() << "error: " << error << "\n";
+  return rc;
+}
