@@ -45,6 +45,7 @@ void buildBufferizationPipeline(OpPassManager &pm,
 
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   addPipeline(pm, "func.func(convert-linalg-to-loops),"
+                  "arith-expand{include-bf16},"
                   "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
                   "convert-math-to-llvm,convert-math-to-libm,"
                   "convert-arith-to-llvm,convert-index-to-llvm,"

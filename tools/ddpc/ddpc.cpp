@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Driver/Driver.h"
+#include "ddpc/Runtime/Npy.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -51,6 +52,12 @@ static cl::list<std::string>
          cl::desc("Bind a symbolic input dimension: --dim NAME=VALUE "
                   "(repeatable)"),
          cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::cat(category));
+static cl::list<std::string> bindInputs(
+    "bind-input",
+    cl::desc("Fix a graph input's value at compile time from a .npy file: "
+             "--bind-input NAME=FILE.npy (repeatable). Use it for inputs "
+             "that hold shapes or axes; the program no longer reads them"),
+    cl::value_desc("NAME=FILE.npy"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<int64_t>
     batchSize("batch-size",
               cl::desc("Value for the leading dimension of every graph input "
@@ -133,6 +140,25 @@ int main(int argc, char **argv) {
       return 1;
     }
     options.import.dims[name.str()] = v;
+  }
+  for (const std::string &bi : bindInputs) {
+    auto [name, file] = StringRef(bi).split('=');
+    if (name.empty() || file.empty()) {
+      errs() << "error: --bind-input expects NAME=FILE.npy, got '" << bi
+             << "'\n";
+      return 1;
+    }
+    ddpc::runtime::NpyArray arr;
+    std::string err;
+    if (!ddpc::runtime::readNpy(file.str(), arr, err)) {
+      errs() << "error: --bind-input " << name << ": " << err << "\n";
+      return 1;
+    }
+    ddpc::ImportOptions::BoundTensor bt;
+    bt.dtype = arr.dtype;
+    bt.shape = arr.shape;
+    bt.data.assign(arr.data.begin(), arr.data.end());
+    options.import.boundInputs[name.str()] = std::move(bt);
   }
   if (batchSize.getNumOccurrences()) {
     if (batchSize <= 0) {

@@ -281,9 +281,22 @@ LogicalResult importCast(NodeContext &ctx) {
 
 LogicalResult importPow(NodeContext &ctx) {
   TValue x = ctx.input(0), y = ctx.input(1);
-  if (!isFloatDType(x.dtype))
-    return ctx.unsupported(Twine("Pow with base dtype ") + dtypeName(x.dtype));
   int32_t yd = y.dtype;
+  if (!isFloatDType(x.dtype)) {
+    if (x.dtype == kBool || yd == kBool)
+      return ctx.unsupported("bool Pow");
+    // Integer base: computed in float64 (exact for the integer range that
+    // does not overflow) and truncated back, as numpy's integer power does.
+    ScalarFn ifn = [yd](OpBuilder &b, Location l, ValueRange a, int32_t xd,
+                        NodeContext &) -> Value {
+      Type f64 = b.getF64Type();
+      Value bf = castScalar(b, l, a[0], xd, kDouble, f64);
+      Value ef = castScalar(b, l, a[1], yd, kDouble, f64);
+      Value r = math::PowFOp::create(b, l, bf, ef);
+      return castScalar(b, l, r, kDouble, xd, a[0].getType());
+    };
+    return importElementwise(ctx, {x, y}, ifn, kUndefined);
+  }
   ScalarFn fn = [yd](OpBuilder &b, Location l, ValueRange a, int32_t xd,
                      NodeContext &) -> Value {
     Value e = castScalar(b, l, a[1], yd, xd, a[0].getType());

@@ -65,9 +65,15 @@ std::optional<DenseElementsAttr> NodeContext::constInput(int i) {
 FailureOr<SmallVector<int64_t>> NodeContext::constIntsInput(int i) {
   auto c = constInput(i);
   if (!c || !isa<IntegerType>(c->getElementType())) {
-    (void)unsupported("input #" + Twine(i) + " ('" +
-                      (hasInput(i) ? node.input(i) : std::string()) +
-                      "') must be an integer constant known at compile time");
+    std::string name = hasInput(i) ? node.input(i) : std::string();
+    bool isGraphInput = importer.values.count(name) &&
+                        isa<BlockArgument>(importer.values[name].value);
+    (void)unsupported(
+        "input #" + Twine(i) + " ('" + name +
+        "') must be an integer constant known at compile time" +
+        (isGraphInput ? "; bind graph input '" + name +
+                            "' with --bind-input " + name + "=FILE.npy"
+                      : std::string()));
     return failure();
   }
   SmallVector<int64_t> out;
@@ -171,6 +177,8 @@ Type GraphImporter::elementType(int32_t dtype) {
     return Float64Type::get(ctx);
   case kFloat16:
     return Float16Type::get(ctx);
+  case kBFloat16:
+    return BFloat16Type::get(ctx);
   case kBool:
     return IntegerType::get(ctx, 1);
   case kInt8:
@@ -512,14 +520,10 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     if (o.domain().empty() || o.domain() == "ai.onnx")
       opset = o.version();
   if (opset < 0) {
+    // Only other domains are imported (nodes of those are reported as
+    // unsupported by name); very old models carry no opset_import at all.
     if (model.opset_import_size() == 0 && model.ir_version() < 3)
       opset = 1;
-    else if (model.graph().node_size() > 0) {
-      (void)gi.fail(ImportErrorKind::Invalid,
-                    "invalid model: no opset_import for the default ONNX "
-                    "domain");
-      return nullptr;
-    }
   }
   if (failed(runOnnxChecks(gi, model, opset)))
     return nullptr;
@@ -548,6 +552,42 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   for (const auto &vi : graph.input()) {
     if (initNames.contains(vi.name()))
       continue;
+    auto bound = options.boundInputs.find(vi.name());
+    if (bound != options.boundInputs.end()) {
+      // A compile-time value for this input: check it, make it a constant.
+      const auto &bt = bound->second;
+      int32_t declared = vi.type().tensor_type().elem_type();
+      if (declared != bt.dtype) {
+        (void)gi.fail(ImportErrorKind::Invalid,
+                      "--bind-input " + vi.name() + ": value has dtype " +
+                          dtypeName(bt.dtype) + ", the graph input is " +
+                          dtypeName(declared));
+        return nullptr;
+      }
+      const auto &shp = vi.type().tensor_type().shape();
+      bool shapeOk = !vi.type().tensor_type().has_shape() ||
+                     shp.dim_size() == (int)bt.shape.size();
+      for (int i = 0; shapeOk && i < shp.dim_size(); ++i)
+        if (shp.dim(i).has_dim_value() && shp.dim(i).dim_value() != bt.shape[i])
+          shapeOk = false;
+      if (!shapeOk) {
+        (void)gi.fail(ImportErrorKind::Invalid,
+                      "--bind-input " + vi.name() +
+                          ": value shape does not match the graph input");
+        return nullptr;
+      }
+      onnx::TensorProto t;
+      t.set_name(vi.name());
+      t.set_data_type(bt.dtype);
+      for (int64_t d : bt.shape)
+        t.add_dims(d);
+      t.set_raw_data(bt.data);
+      auto attr = gi.tensorToAttr(t, "bound input");
+      if (failed(attr))
+        return nullptr;
+      gi.constants[vi.name()] = {*attr, bt.dtype};
+      continue;
+    }
     if (!vi.type().has_tensor_type()) {
       (void)gi.fail(ImportErrorKind::Unsupported,
                     "unsupported: graph input '" + vi.name() +
@@ -566,8 +606,27 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     SmallVector<int64_t> shape;
     if (failed(bindInputShape(gi, vi, shape)))
       return nullptr;
+    if (numElements(shape) == 0) {
+      (void)gi.fail(ImportErrorKind::Unsupported,
+                    "unsupported: graph input '" + vi.name() +
+                        "' has zero elements (zero-size tensors are not "
+                        "supported)");
+      return nullptr;
+    }
     argTypes.push_back(RankedTensorType::get(shape, elem));
     argInfos.push_back(&vi);
+  }
+
+  for (const auto &kv : options.boundInputs) {
+    bool found = false;
+    for (const auto &vi : graph.input())
+      found |= vi.name() == kv.first;
+    if (!found) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--bind-input " + kv.first +
+                        ": the graph has no input of that name");
+      return nullptr;
+    }
   }
 
   b.setInsertionPointToEnd(module->getBody());
@@ -637,6 +696,13 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     }
     TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()]
                                           : gi.materialize(vi.name());
+    if (numElements(v.shape()) == 0) {
+      (void)gi.fail(ImportErrorKind::Unsupported,
+                    "unsupported: graph output '" + vi.name() +
+                        "' has zero elements (zero-size tensors are not "
+                        "supported)");
+      return nullptr;
+    }
     results.push_back(v.value);
     resultTypes.push_back(v.value.getType());
   }

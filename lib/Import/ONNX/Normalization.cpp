@@ -92,9 +92,11 @@ Value channelParam(OpBuilder &b, Location l, Value p, int64_t rank) {
   return buildReshape(b, l, p, s);
 }
 
+LogicalResult importBatchNormTraining(NodeContext &ctx);
+
 LogicalResult importBatchNorm(NodeContext &ctx) {
   if (ctx.attrInt("training_mode", 0) != 0)
-    return ctx.unsupported("training_mode=1 in an inference program");
+    return importBatchNormTraining(ctx);
   if (ctx.opset < 9 && ctx.attrInt("spatial", 1) == 0)
     return ctx.unsupported("spatial=0");
   if (ctx.opset < 7 && ctx.hasAttr("is_test") && ctx.attrInt("is_test", 0) == 0)
@@ -148,7 +150,8 @@ LogicalResult importBatchNorm(NodeContext &ctx) {
 /// Normalizes `x` over `axes`: returns (x - mean), mean and 1/sqrt(var+eps),
 /// the last two with the reduced dims kept as size 1.
 void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
-               double eps, Value &centered, Value &mean, Value &invStd) {
+               double eps, Value &centered, Value &mean, Value &invStd,
+               Value *varOut = nullptr) {
   auto t = cast<RankedTensorType>(x.getType());
   Type elem = t.getElementType();
   int64_t count = 1;
@@ -171,15 +174,72 @@ void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
                                 return arith::MulFOp::create(nb, l, a[0], a[0])
                                     .getResult();
                               });
-  Value var = reduceSum(b, loc, sq, axes);
+  Value var = buildElementwise(
+      b, loc, reduceSum(b, loc, sq, axes), ks, elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::DivFOp::create(nb, l, a[0],
+                                     scalarConst(nb, l, elem, count));
+      });
+  if (varOut)
+    *varOut = var;
   invStd = buildElementwise(
       b, loc, var, ks, elem,
       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value v = arith::DivFOp::create(nb, l, a[0],
-                                        scalarConst(nb, l, elem, count));
+        Value v = a[0];
         return math::RsqrtOp::create(
             nb, l, arith::AddFOp::create(nb, l, v, scalarConst(nb, l, elem, eps)));
       });
+}
+
+/// BatchNormalization with training_mode=1 (opset 14+): normalizes with the
+/// batch statistics (biased variance) and outputs the updated running
+/// statistics: running = input_running * momentum + batch * (1 - momentum).
+LogicalResult importBatchNormTraining(NodeContext &ctx) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  if (rank < 2)
+    return ctx.invalid("input must have rank >= 2");
+  SmallVector<int64_t> axes{0};
+  for (int64_t d = 2; d < rank; ++d)
+    axes.push_back(d);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  Value centered, mean, invStd, var;
+  double eps = ctx.attrFloat("epsilon", 1e-5f);
+  normalize(b, loc, x.value, axes, eps, centered, mean, invStd, &var);
+  Value scale = channelParam(b, loc, ctx.input(1).value, rank);
+  Value bias = channelParam(b, loc, ctx.input(2).value, rank);
+  Value y = buildElementwise(
+      b, loc, ValueRange{centered, invStd, scale, bias}, x.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value v = arith::MulFOp::create(
+            nb, l, arith::MulFOp::create(nb, l, a[0], a[1]), a[2]);
+        return arith::AddFOp::create(nb, l, v, a[3]);
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  int64_t c = x.shape()[1];
+  double momentum = ctx.attrFloat("momentum", 0.9f);
+  Value mean1 = buildReshape(b, loc, mean, {c});
+  Value var1 = buildReshape(b, loc, var, {c});
+  auto running = [&](int inputIdx, Value batch) {
+    return buildElementwise(
+        b, loc, ValueRange{ctx.input(inputIdx).value, batch}, {c}, elem,
+        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          Value m = scalarConst(nb, l, elem, momentum);
+          Value m1 = scalarConst(nb, l, elem, 1.0 - momentum);
+          return arith::AddFOp::create(nb, l,
+                                       arith::MulFOp::create(nb, l, a[0], m),
+                                       arith::MulFOp::create(nb, l, a[1], m1));
+        });
+  };
+  if (ctx.hasOutput(1))
+    ctx.setOutput(1, {running(3, mean1), x.dtype});
+  if (ctx.hasOutput(2))
+    ctx.setOutput(2, {running(4, var1), x.dtype});
+  return success();
 }
 
 LogicalResult importLayerNorm(NodeContext &ctx) {

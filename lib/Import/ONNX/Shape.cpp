@@ -366,20 +366,44 @@ LogicalResult importSlice(NodeContext &ctx) {
     }
   }
   TValue x = ctx.input(0);
-  MLIRContext *mctx = &ctx.importer.context;
-  SmallVector<AffineExpr> exprs;
-  for (int64_t d = 0; d < rank; ++d)
-    exprs.push_back(getAffineDimExpr(d, mctx) * outStep[d] + outStart[d]);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
   if (numElements(outShape) == 0) {
-    Value r = tensor::EmptyOp::create(ctx.builder(), ctx.loc(), outShape,
-                                      x.elementType());
+    Value r = tensor::EmptyOp::create(b, loc, outShape, x.elementType());
     ctx.setOutput(0, {r, x.dtype});
     return success();
   }
-  Value r = buildGeneric(ctx.builder(), ctx.loc(), x.value,
-                         {AffineMap::get(rank, 0, exprs, mctx)}, outShape,
-                         x.elementType(), 0, std::nullopt,
-                         [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  // Positive steps: a strided tensor.extract_slice. Negative steps: slice the
+  // covered range first, then reverse-read it with a generic.
+  SmallVector<OpFoldResult> offsets, sizes, strides;
+  bool anyNegative = false;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t st = outStep[d], n = outShape[d];
+    if (st > 0) {
+      offsets.push_back(b.getIndexAttr(outStart[d]));
+      strides.push_back(b.getIndexAttr(st));
+    } else {
+      anyNegative = true;
+      // Elements start, start+step, ... (descending): take them ascending.
+      offsets.push_back(b.getIndexAttr(outStart[d] + (n - 1) * st));
+      strides.push_back(b.getIndexAttr(-st));
+    }
+    sizes.push_back(b.getIndexAttr(n));
+  }
+  auto sliceType = RankedTensorType::get(outShape, x.elementType());
+  Value r = tensor::ExtractSliceOp::create(b, loc, sliceType, x.value, offsets,
+                                           sizes, strides);
+  if (anyNegative) {
+    MLIRContext *mctx = &ctx.importer.context;
+    SmallVector<AffineExpr> exprs;
+    for (int64_t d = 0; d < rank; ++d)
+      exprs.push_back(outStep[d] > 0
+                          ? getAffineDimExpr(d, mctx)
+                          : outShape[d] - 1 - getAffineDimExpr(d, mctx));
+    r = buildGeneric(b, loc, r, {AffineMap::get(rank, 0, exprs, mctx)},
+                     outShape, x.elementType(), 0, std::nullopt,
+                     [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  }
   ctx.setOutput(0, {r, x.dtype});
   return success();
 }

@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mlir {
 class MLIRContext;
@@ -34,6 +35,16 @@ struct ImportOptions {
   /// Folder that external-data locations are resolved against. External data
   /// may not escape this folder (no `..`, no absolute paths, no symlinks out).
   std::string modelDir;
+  /// Graph inputs whose values are fixed at compile time
+  /// (`--bind-input NAME=FILE.npy`): they become constants, so shape, axes
+  /// and similar inputs fold. `dtype` uses ONNX TensorProto numbers; `data`
+  /// is dense row-major little-endian (bool: one byte per element).
+  struct BoundTensor {
+    int32_t dtype = 0;
+    std::vector<int64_t> shape;
+    std::string data;
+  };
+  std::map<std::string, BoundTensor> boundInputs;
   /// Run the ONNX library's checker and shape inference where they apply
   /// (IR version <= 8, opset <= 17).
   bool runChecker = true;

@@ -1,0 +1,53 @@
+# ddpc top-level commands. `make test` and `make demo` install what is
+# missing (scripts/setup), configure, build and run.
+BUILD ?= build
+JOBS ?= 2
+PYTHON ?= python3
+CMAKE_FLAGS ?=
+
+.PHONY: all setup configure build test test-lit test-unit test-backend \
+        test-light test-python demo clean format
+
+all: build
+
+setup:
+	@bash scripts/setup
+
+$(BUILD)/build.ninja:
+	cmake -G Ninja -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: setup $(BUILD)/build.ninja
+
+build: configure
+	ninja -C $(BUILD) -j$(JOBS)
+
+test-lit: build
+	ninja -C $(BUILD) check-ddpc
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# Every ONNX backend node test whose ops ddpc supports, against the
+# reference outputs shipped in the onnx wheel.
+test-backend: build
+	$(PYTHON) test/backend/run_backend_tests.py --suite node --jobs $(JOBS) \
+	  --report $(BUILD)/backend-node-report.md --json $(BUILD)/backend-node.json
+
+# The light/ real-model architectures (AlexNet, ResNet-50, ...).
+test-light: build
+	$(PYTHON) test/backend/run_backend_tests.py --suite light --jobs $(JOBS) \
+	  --report $(BUILD)/backend-light-report.md
+
+test-python: build
+	$(PYTHON) -m pytest -q test/e2e
+
+test: test-lit test-unit test-backend test-light test-python
+
+demo: build
+	$(PYTHON) examples/demo.py --ddpc $(BUILD)/bin/ddpc
+
+format:
+	find include lib tools unittests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,29 @@
+# -*- Python -*-
+# lit configuration for ddpc: FileCheck tests of the importer, the pass
+# pipelines, the driver and compiled programs.
+import os
+import shutil
+import sys
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "ddpc"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".onnxtxt", ".test"]
+config.excludes = ["backend", "lit-tools", "Inputs", "CMakeLists.txt",
+                   "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.ddpc_obj_root, "test")
+
+python = getattr(config, "python_executable", "") or shutil.which("python3") or sys.executable
+if not python or "@" in python:
+    python = shutil.which("python3") or sys.executable
+config.substitutions.append(("%python", python))
+config.substitutions.append(
+    ("%onnx-text", f"{python} {os.path.join(config.test_source_root, 'lit-tools', 'onnx_text.py')}"))
+
+llvm_config.with_system_environment(["HOME", "TMPDIR", "PATH", "PYTHONPATH"])
+llvm_config.use_default_substitutions()
+tool_dirs = [config.ddpc_tools_dir, config.llvm_tools_dir]
+llvm_config.add_tool_substitutions(["ddpc", "ddpc-opt", "FileCheck", "not", "count"], tool_dirs)
