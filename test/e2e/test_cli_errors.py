@@ -24,8 +24,10 @@ def assert_clean_failure(proc, out_path, expected_code, needle):
 
 
 def relu_model_with_external_weight(location):
-    w = helper.make_tensor("w", TensorProto.FLOAT, [4], vals=b"", raw=True)
-    w.ClearField("raw_data")
+    w = TensorProto()
+    w.name = "w"
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend([4])
     w.data_location = TensorProto.EXTERNAL
     for k, v in (("location", location), ("offset", "0"), ("length", "16")):
         e = w.external_data.add()
