@@ -69,8 +69,8 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
   axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   Type elem = x.elementType();
   bool isF = isa<FloatType>(elem);
-  bool isU = isUnsignedDType(x.dtype);
-  if (x.dtype == kBool)
+  bool isU = isUnsignedDType(x.dtype) || x.dtype == kBool;
+  if (x.dtype == kBool && kind != Kind::Max && kind != Kind::Min)
     return ctx.unsupported("bool input");
   if (!isF && (kind == Kind::Mean || kind == Kind::L2 || kind == Kind::LogSum ||
                kind == Kind::LogSumExp))
@@ -127,7 +127,7 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
   }
 
   TypedAttr init;
-  ScalarBodyFn combine;
+  std::function<Value(OpBuilder &, Location, ValueRange)> combine;
   switch (kind) {
   case Kind::Max:
     init = lowestAttr(elem, isU);

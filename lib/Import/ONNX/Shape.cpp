@@ -584,10 +584,16 @@ LogicalResult importIdentity(NodeContext &ctx) {
 /// Dropout in inference mode is the identity; the optional mask is all true.
 LogicalResult importDropout(NodeContext &ctx) {
   if (ctx.opset >= 12 && ctx.hasInput(2)) {
-    auto training = ctx.constInput(2);
-    if (!training)
-      return ctx.unsupported("training_mode must be a constant");
-    if (*training->value_begin<bool>())
+    auto training = ctx.constIntsInput(2);
+    if (failed(training))
+      return failure();
+    bool zeroRatio = false;
+    if (ctx.hasInput(1)) {
+      auto ratio = ctx.constInput(1);
+      zeroRatio = ratio && ratio->isSplat() &&
+                  ratio->getSplatValue<APFloat>().isZero();
+    }
+    if (!training->empty() && (*training)[0] != 0 && !zeroRatio)
       return ctx.unsupported("training_mode=true (random masks) in inference "
                              "programs");
   }
