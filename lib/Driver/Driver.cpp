@@ -19,6 +19,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -75,8 +76,8 @@ std::string printOp(Operation *op) {
 /// Writes the IR after every pass into DIR/NN_<pass-argument>.mlir.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
-  DumpIRInstrumentation(std::string dir, int start)
-      : dir(std::move(dir)), counter(start) {}
+  DumpIRInstrumentation(std::string dir, int *counter)
+      : dir(std::move(dir)), counter(*counter) {}
   void runAfterPass(Pass *pass, Operation *op) override {
     // Nested (func.func) passes are dumped as the whole module.
     while (op->getParentOp())
@@ -93,7 +94,7 @@ public:
 
 private:
   std::string dir;
-  int counter;
+  int &counter;
 };
 
 struct TensorSig {
@@ -183,6 +184,82 @@ std::string generateGlue(StringRef modelName, const std::vector<TensorSig> &ins,
   return s;
 }
 
+int64_t byteSize(Type t) {
+  auto st = dyn_cast<ShapedType>(t);
+  if (!st || !st.hasStaticShape())
+    return 0;
+  unsigned bits = st.getElementTypeBitWidth();
+  return st.getNumElements() * std::max(1u, bits / 8);
+}
+
+/// The plan as JSON (see CompileResult::reportJSON).
+std::string buildReport(ModuleOp module, StringRef modelName,
+                        const std::vector<TensorSig> &ins,
+                        const std::vector<TensorSig> &outs) {
+  llvm::json::Object root;
+  root["model"] = modelName.str();
+  auto tensors = [](const std::vector<TensorSig> &v) {
+    llvm::json::Array a;
+    for (const TensorSig &t : v) {
+      llvm::json::Array shape;
+      for (int64_t d : t.shape)
+        shape.push_back(d);
+      a.push_back(llvm::json::Object{
+          {"name", t.name}, {"dtype", t.dtype}, {"shape", std::move(shape)}});
+    }
+    return a;
+  };
+  root["inputs"] = tensors(ins);
+  root["outputs"] = tensors(outs);
+  llvm::json::Array params;
+  int64_t paramBytes = 0;
+  if (auto inits = module->getAttrOfType<ArrayAttr>("ddpc.initializers")) {
+    for (auto d : inits.getAsRange<DictionaryAttr>()) {
+      llvm::json::Array shape;
+      for (int64_t v : cast<DenseI64ArrayAttr>(d.get("shape")).asArrayRef())
+        shape.push_back(v);
+      int64_t bytes = cast<IntegerAttr>(d.get("bytes")).getInt();
+      paramBytes += bytes;
+      params.push_back(llvm::json::Object{
+          {"name", cast<StringAttr>(d.get("name")).str()},
+          {"shape", std::move(shape)},
+          {"bytes", bytes},
+          {"trainable", d.get("trainable") != nullptr}});
+    }
+  }
+  root["parameters"] = std::move(params);
+  root["parameter_bytes"] = paramBytes;
+  // Collectives: upstream shard collectives and ddpc runtime calls.
+  llvm::json::Array collectives;
+  int64_t collectiveBytes = 0;
+  module.walk([&](Operation *op) {
+    StringRef kind;
+    Type type;
+    if (op->getName().getStringRef().starts_with("shard.all_") ||
+        op->getName().getStringRef() == "shard.reduce_scatter") {
+      kind = op->getName().getStringRef();
+      type = op->getOperand(0).getType();
+    } else if (auto call = dyn_cast<func::CallOp>(op)) {
+      if (call.getCallee().starts_with("ddpc_rt_all")) {
+        kind = call.getCallee();
+        type = call.getOperand(0).getType();
+      }
+    }
+    if (kind.empty())
+      return;
+    int64_t bytes = byteSize(type);
+    collectiveBytes += bytes;
+    collectives.push_back(
+        llvm::json::Object{{"op", kind.str()}, {"bytes", bytes}});
+  });
+  root["collectives"] = std::move(collectives);
+  root["collective_bytes"] = collectiveBytes;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::json::Value(std::move(root));
+  return s;
+}
+
 int runTool(ArrayRef<std::string> argv, std::string &error) {
   auto prog = llvm::sys::findProgramByName(argv[0]);
   if (!prog) {
@@ -212,7 +289,7 @@ int runTool(ArrayRef<std::string> argv, std::string &error) {
 } // namespace
 
 int compile(const CompileOptions &options, std::string &error,
-            const std::string &modelBytes) {
+            const std::string &modelBytes, CompileResult *result) {
   if (options.target != "cpu") {
     error = "unknown --target '" + options.target + "' (supported: cpu)";
     return kCompileError;
@@ -284,20 +361,24 @@ int compile(const CompileOptions &options, std::string &error,
   if (auto n = (*module)->getAttrOfType<StringAttr>("ddpc.graph_name"))
     modelName = n.str();
 
-  if (options.verbose)
-    llvm::errs() << "ddpc: optimizing and lowering\n";
-  PassManager pm(&context);
-  if (!options.dumpIRDir.empty())
-    pm.addInstrumentation(
-        std::make_unique<DumpIRInstrumentation>(options.dumpIRDir, 1));
-  if (options.printIRAfterAll)
-    pm.enableIRPrinting(
-        [](Pass *, Operation *) { return false; },
-        [](Pass *, Operation *) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
-  buildCPUPipeline(pm, options.pipeline);
-  std::string diag;
-  {
+  // Pass phases; each ends a named stage that --dump-ir, captureStages and
+  // the Python API can show.
+  int dumpCounter = 1;
+  auto runPhase = [&](StringRef stage,
+                      llvm::function_ref<void(OpPassManager &)> build) {
+    if (options.verbose)
+      llvm::errs() << "ddpc: " << stage << "\n";
+    PassManager pm(&context);
+    if (!options.dumpIRDir.empty())
+      pm.addInstrumentation(std::make_unique<DumpIRInstrumentation>(
+          options.dumpIRDir, &dumpCounter));
+    if (options.printIRAfterAll)
+      pm.enableIRPrinting(
+          [](Pass *, Operation *) { return false; },
+          [](Pass *, Operation *) { return true; },
+          /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+    build(pm);
+    std::string diag;
     llvm::raw_string_ostream diagOS(diag);
     ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
       if (d.getSeverity() == DiagnosticSeverity::Error)
@@ -305,11 +386,32 @@ int compile(const CompileOptions &options, std::string &error,
       return success();
     });
     if (failed(pm.run(*module))) {
-      error = "internal error: lowering failed: " +
-              StringRef(diag).split('\n').first.str();
-      return kCompileError;
+      error = "internal error: stage '" + stage.str() +
+              "' failed: " + StringRef(diag).split('\n').first.str();
+      return false;
     }
+    if (result && options.captureStages)
+      result->stages.emplace_back(stage.str(), printOp(*module));
+    return true;
+  };
+  if (result && options.captureStages)
+    result->stages.emplace_back("import", printOp(*module));
+
+  if (options.train.enabled) {
+    error = "--train is not implemented yet";
+    return kCompileError;
   }
+  if (!runPhase("fused", [&](OpPassManager &pm) {
+        buildGraphOptimizationPipeline(pm, options.pipeline);
+      }))
+    return kCompileError;
+  if (result)
+    result->reportJSON = buildReport(*module, modelName, ins, outs);
+  if (!runPhase("lowered", [&](OpPassManager &pm) {
+        buildBufferizationPipeline(pm, options.pipeline);
+        buildLowerToLLVMPipeline(pm, options.pipeline);
+      }))
+    return kCompileError;
   if (options.emit == EmitKind::LoweredMLIR)
     return writeFileAtomic(options.outputPath, printOp(*module), error)
                ? kCompileOk
@@ -372,9 +474,10 @@ int compile(const CompileOptions &options, std::string &error,
   std::string tmpOut =
       options.outputPath + ".tmp." + std::to_string(::getpid());
   const char *cxx = std::getenv("DDPC_CXX");
-  std::vector<std::string> argv = {cxx ? cxx : "c++",
-                                   "-O2",
-                                   "-o",
+  std::vector<std::string> argv = {cxx ? cxx : "c++", "-O2"};
+  if (options.emit == EmitKind::SharedLibrary)
+    argv.push_back("-shared");
+  argv.insert(argv.end(), {"-o",
                                    tmpOut,
                                    "-x",
                                    "c",
@@ -384,7 +487,7 @@ int compile(const CompileOptions &options, std::string &error,
                                    objPath,
                                    std::string(rtLib),
                                    "-lm",
-                                   "-lpthread"};
+                                   "-lpthread"});
   if (options.verbose)
     llvm::errs() << "ddpc: linking " << options.outputPath << "\n";
   if (runTool(argv, error) != 0) {

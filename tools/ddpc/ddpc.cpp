@@ -14,6 +14,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace llvm;
@@ -45,7 +46,10 @@ static cl::opt<ddpc::EmitKind> emit(
         clEnumValN(ddpc::EmitKind::Object, "obj",
                    "an object file plus <out>.glue.c (model description)"),
         clEnumValN(ddpc::EmitKind::Executable, "exe",
-                   "a native executable (default)")),
+                   "a native executable (default)"),
+        clEnumValN(ddpc::EmitKind::SharedLibrary, "shared",
+                   "a shared library exporting ddpc_invoke and the model "
+                   "tables (ModelABI.h), for in-process use")),
     cl::sub(compileCmd), cl::cat(category));
 static cl::list<std::string>
     dims("dim",
@@ -92,8 +96,52 @@ static cl::opt<std::string>
                cl::desc("Folder holding libddpc_runtime.a (default: "
                         "<bindir>/../lib)"),
                cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string> report(
+    "report", cl::ValueOptional,
+    cl::desc("Print the compiler's plan (inputs, outputs, parameters, "
+             "collectives) to stderr; --report=json prints JSON to stdout"),
+    cl::value_desc("json"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
+
+/// Renders the JSON plan for people.
+static void printHumanReport(StringRef jsonText, raw_ostream &os) {
+  auto parsed = json::parse(jsonText);
+  if (!parsed) {
+    consumeError(parsed.takeError());
+    return;
+  }
+  const json::Object *root = parsed->getAsObject();
+  if (!root)
+    return;
+  auto shapeStr = [](const json::Array *a) {
+    std::string s = "[";
+    for (size_t i = 0; a && i < a->size(); ++i)
+      s += (i ? "," : "") + std::to_string(*(*a)[i].getAsInteger());
+    return s + "]";
+  };
+  os << "plan for '" << root->getString("model").value_or("") << "'\n";
+  for (const char *kind : {"inputs", "outputs"}) {
+    if (const json::Array *a = root->getArray(kind))
+      for (const json::Value &v : *a) {
+        const json::Object *t = v.getAsObject();
+        os << "  " << StringRef(kind).drop_back() << " "
+           << t->getString("name").value_or("") << " "
+           << shapeStr(t->getArray("shape")) << "\n";
+      }
+  }
+  int64_t n = 0;
+  if (const json::Array *a = root->getArray("parameters"))
+    n = a->size();
+  os << "  parameters: " << n << " tensors, "
+     << root->getInteger("parameter_bytes").value_or(0) << " bytes\n";
+  int64_t nc = 0;
+  if (const json::Array *a = root->getArray("collectives"))
+    nc = a->size();
+  os << "  collectives: " << nc << ", "
+     << root->getInteger("collective_bytes").value_or(0)
+     << " bytes per step\n";
+}
 
 static void printVersion(raw_ostream &os) {
   os << "ddpc " << DDPC_VERSION << " (MLIR/LLVM " << LLVM_VERSION_STRING
@@ -180,8 +228,22 @@ int main(int argc, char **argv) {
           : std::string(runtimeDir);
 
   std::string error;
-  int rc = ddpc::compile(options, error);
-  if (rc != 0)
+  ddpc::CompileResult result;
+  int rc = ddpc::compile(options, error, "", &result);
+  if (rc != 0) {
     errs() << "error: " << error << "\n";
+    return rc;
+  }
+  if (report.getNumOccurrences()) {
+    if (report == "json") {
+      outs() << result.reportJSON << "\n";
+    } else if (!report.empty()) {
+      errs() << "error: --report takes no value or 'json', got '" << report
+             << "'\n";
+      return 1;
+    } else {
+      printHumanReport(result.reportJSON, errs());
+    }
+  }
   return rc;
 }

@@ -10,6 +10,7 @@
 #include "ddpc/Import/ONNX/Importer.h"
 #include "ddpc/Pipelines/Pipelines.h"
 #include "ddpc/Target/CPU/ObjectEmitter.h"
+#include "ddpc/Training/TrainOptions.h"
 
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@ enum class EmitKind {
   LLVMIR,     ///< optimized LLVM IR, as text
   Object,     ///< relocatable object file (plus its glue, see ModelABI.h)
   Executable, ///< native executable linked with the runtime
+  SharedLibrary, ///< shared library exporting the ModelABI symbols (Python)
 };
 
 struct CompileOptions {
@@ -46,6 +48,21 @@ struct CompileOptions {
   std::string runtimeLibDir;
   /// Print progress lines to stderr.
   bool verbose = false;
+  /// Training-step synthesis (`--train`).
+  TrainOptions train;
+  /// Keep the IR text of every named stage in CompileResult::stages.
+  bool captureStages = false;
+};
+
+/// What `compile` reports besides the output file.
+struct CompileResult {
+  /// (stage name, IR text) in pipeline order: "import", then for training
+  /// programs "training" and "parallel", then "fused" and "lowered". Filled
+  /// when CompileOptions::captureStages is set.
+  std::vector<std::pair<std::string, std::string>> stages;
+  /// The compiler's plan as JSON: inputs, outputs, parameters (bytes),
+  /// collectives and their sizes (bytes).
+  std::string reportJSON;
 };
 
 /// Exit codes of `compile`, also the CLI's.
@@ -59,7 +76,8 @@ enum CompileStatus : int {
 /// empty). Never leaves a half-written output: every file is written to a
 /// temporary and renamed. On failure `error` holds one line.
 int compile(const CompileOptions &options, std::string &error,
-            const std::string &modelBytes = "");
+            const std::string &modelBytes = "",
+            CompileResult *result = nullptr);
 
 /// Path of the running executable's folder, for locating the runtime.
 std::string defaultRuntimeLibDir(const char *argv0, void *mainAddr);

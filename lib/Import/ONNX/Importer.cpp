@@ -536,15 +536,26 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     (*module)->setAttr("ddpc.graph_name", b.getStringAttr(graph.name()));
   (*module)->setAttr("ddpc.opset", b.getI64IntegerAttr(opset));
 
-  // Initializers are constants.
+  // Initializers are constants; their names and sizes go on the module for
+  // the plan report (and, in training programs, parameter selection).
   llvm::StringSet<> initNames;
+  SmallVector<Attribute> initInfo;
   for (const auto &t : graph.initializer()) {
     auto attr = gi.tensorToAttr(t, "initializer");
     if (failed(attr))
       return nullptr;
     gi.constants[t.name()] = {*attr, t.data_type()};
     initNames.insert(t.name());
+    auto type = cast<RankedTensorType>(attr->getType());
+    int64_t bytes = type.getNumElements() *
+                    std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+    initInfo.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("name", b.getStringAttr(t.name())),
+         b.getNamedAttr("shape", b.getDenseI64ArrayAttr(type.getShape())),
+         b.getNamedAttr("dtype", b.getI32IntegerAttr(t.data_type())),
+         b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes))}));
   }
+  (*module)->setAttr("ddpc.initializers", b.getArrayAttr(initInfo));
 
   // Function signature from the non-initializer graph inputs.
   SmallVector<Type> argTypes;

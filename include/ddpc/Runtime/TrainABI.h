@@ -1,0 +1,122 @@
+//===- TrainABI.h - C ABI between compiled training steps and runtime -*- C -*-===//
+//
+// `ddpc compile --train` emits an object file with the step functions below
+// plus generated C glue that defines the tables. The training runtime
+// (lib/Runtime/Train*.cpp, libddpc_train_runtime.a) provides main(), the data
+// loader, the process group (MPI), checkpoints and ONNX export, and the
+// collective entry points that compiled code calls.
+//
+// All tensors are dense, row-major, 64-byte aligned. Parameters, buffers,
+// optimizer state and gradients are float32. Valid C and C++; no MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_RUNTIME_TRAINABI_H
+#define DDPC_RUNTIME_TRAINABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Tables defined by the generated glue
+//===----------------------------------------------------------------------===//
+
+extern const char *ddpc_model_name;
+
+/// Trainable parameters (float32), in a fixed order. Names are the ONNX
+/// initializer names; `ddpc_param_init[i]` holds the initial values from the
+/// ONNX file (numel(shape) floats).
+extern const int32_t ddpc_num_params;
+extern const char *const ddpc_param_names[];
+extern const int32_t ddpc_param_ranks[];
+extern const int64_t *const ddpc_param_shapes[];
+extern const float *const ddpc_param_init[];
+
+/// Buffers: float32 state that the step updates but that is not trained
+/// (BatchNormalization running mean/var). Same tables as parameters.
+extern const int32_t ddpc_num_buffers;
+extern const char *const ddpc_buffer_names[];
+extern const int32_t ddpc_buffer_ranks[];
+extern const int64_t *const ddpc_buffer_shapes[];
+extern const float *const ddpc_buffer_init[];
+
+/// Optimizer state slots per parameter (0: SGD, 1: SGD with momentum,
+/// 2: AdamW), each with the parameter's shape, zero-initialized.
+extern const int32_t ddpc_opt_slots;
+/// One line describing the optimizer and hyper-parameters, e.g.
+/// "adamw lr=0.001 betas=(0.9,0.999) eps=1e-08 weight_decay=0.01"; stored in
+/// checkpoints and checked on --resume.
+extern const char *ddpc_optimizer_desc;
+/// Learning rate the model was compiled with (the runtime may override it).
+extern const float ddpc_default_lr;
+
+/// Per-rank micro-batch size B (the leading dim of data and labels).
+extern const int64_t ddpc_batch_size;
+/// Micro-batches accumulated per optimizer step (K >= 1).
+extern const int32_t ddpc_grad_accum_steps;
+/// Data input: dtype (ONNX number, FLOAT), rank and shape including B.
+extern const int32_t ddpc_data_dtype;
+extern const int32_t ddpc_data_rank;
+extern const int64_t ddpc_data_shape[];
+/// Labels: dtype (INT64 for cross-entropy, FLOAT for mse), rank, shape
+/// including B.
+extern const int32_t ddpc_label_dtype;
+extern const int32_t ddpc_label_rank;
+extern const int64_t ddpc_label_shape[];
+/// 1 when the loss is a classification loss (the runtime then reports
+/// accuracy from the `correct` outputs), 0 otherwise.
+extern const int32_t ddpc_is_classification;
+
+/// The original ONNX model with the initializers of all parameters and
+/// buffers removed (a serialized ModelProto). The runtime writes trained
+/// models as these bytes followed by one more `graph` field (field 7)
+/// holding the trained initializers: protobuf merges repeated fields, so
+/// the result is the original graph with the new weights.
+extern const unsigned char ddpc_onnx_model[];
+extern const int64_t ddpc_onnx_model_size;
+
+//===----------------------------------------------------------------------===//
+// Step functions defined by the compiled object
+//===----------------------------------------------------------------------===//
+// P = ddpc_num_params, Bf = ddpc_num_buffers, S = ddpc_opt_slots.
+
+/// One micro-batch: forward, loss, backward; adds the gradient of the
+/// micro-batch's mean loss to the gradient accumulators and returns the
+/// updated buffers (BatchNorm running statistics, training mode).
+///   args = [params(P), buffers(Bf), grad_acc(P), data, labels,
+///           /*outputs*/ new_buffers(Bf), new_grad_acc(P),
+///           loss (f32 scalar, mean over B), correct (i64 scalar)]
+void ddpc_train_micro(void **args);
+
+/// One optimizer step: sums grad_acc over ranks (it calls
+/// ddpc_rt_allreduce_sum_f32), multiplies by grad_scale (= 1 / (world size *
+/// K)) and applies the optimizer (torch.optim.SGD / AdamW semantics).
+///   args = [params(P), opt_state(P*S, ordered p0s0, p0s1, p1s0, ...),
+///           grad_acc(P), lr (f32 scalar), step (i64 scalar, 1 for the first
+///           optimizer step), grad_scale (f32 scalar),
+///           /*outputs*/ new_params(P), new_opt_state(P*S)]
+void ddpc_apply(void **args);
+
+/// Evaluation (inference-mode ops: BatchNorm uses the running statistics,
+/// Dropout is the identity) on one batch of B samples.
+///   args = [params(P), buffers(Bf), data, labels,
+///           /*outputs*/ sample_loss (f32[B]), sample_correct (i64[B])]
+void ddpc_eval(void **args);
+
+//===----------------------------------------------------------------------===//
+// Collectives provided by the runtime, called by compiled code
+//===----------------------------------------------------------------------===//
+
+/// In-place sum over all ranks of `count` floats. A no-op when the world
+/// size is 1. Never returns on failure: the runtime prints the rank and the
+/// reason and ends the job.
+void ddpc_rt_allreduce_sum_f32(float *data, int64_t count);
+
+#ifdef __cplusplus
+} // extern "C"
+#endif
+
+#endif // DDPC_RUNTIME_TRAINABI_H

@@ -1,0 +1,45 @@
+//===- TrainOptions.h - Options of training-step synthesis ------*- C++ -*-===//
+//
+// Part of ddpc. What `ddpc compile --train` and `ddpc.TrainConfig` set.
+// Optimizer semantics follow torch.optim.SGD and torch.optim.AdamW.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_TRAINING_TRAINOPTIONS_H
+#define DDPC_TRAINING_TRAINOPTIONS_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddpc {
+
+struct TrainOptions {
+  /// Synthesize a training program instead of an inference program.
+  bool enabled = false;
+  /// "cross-entropy" (logits [B, C], int64 labels [B]), "mse" (float labels
+  /// shaped like the output), or "output" (the first output already is the
+  /// scalar loss).
+  std::string loss = "cross-entropy";
+  /// Name of the graph input holding labels; empty: a new input "labels".
+  std::string labelInput;
+  /// "sgd" or "adamw".
+  std::string optimizer = "sgd";
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double weightDecay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  /// Micro-batches accumulated per optimizer step.
+  int64_t gradAccumSteps = 1;
+  /// Initializers that stay fixed.
+  std::vector<std::string> freeze;
+  /// BatchNormalization statistics over the global batch (allreduced).
+  bool syncBatchNorm = false;
+};
+
+} // namespace ddpc
+
+#endif // DDPC_TRAINING_TRAINOPTIONS_H
