@@ -38,8 +38,10 @@ test-light: build
 	$(PYTHON) test/backend/run_backend_tests.py --suite light --jobs $(JOBS) \
 	  --report $(BUILD)/backend-light-report.md
 
+# End-to-end CLI/model tests, the training runtime, and the Python API.
 test-python: build
-	$(PYTHON) -m pytest -q test/e2e
+	DDPC_UNITTEST_DIR=$(CURDIR)/$(BUILD)/unittests PYTHONPATH=$(CURDIR)/$(BUILD)/python \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider test/e2e test/runtime test/python
 
 test: test-lit test-unit test-backend test-light test-python
 

@@ -8,6 +8,8 @@
 
 #include "ddpc/Driver/Driver.h"
 
+#include "ddpc/Training/TrainingStep.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -352,6 +354,11 @@ int compile(const CompileOptions &options, std::string &error,
                ? kCompileOk
                : kCompileError;
 
+  if (options.vjp) {
+    auto f = module->lookupSymbol<func::FuncOp>("main_graph");
+    if (failed(makeVJPFunction(f, error)))
+      return kCompileUnsupported;
+  }
   std::vector<TensorSig> ins, outs;
   if (!readSignature(*module, ins, outs)) {
     error = "internal error: imported module has no @main_graph";

@@ -101,6 +101,12 @@ static cl::opt<std::string> report(
     cl::desc("Print the compiler's plan (inputs, outputs, parameters, "
              "collectives) to stderr; --report=json prints JSON to stdout"),
     cl::value_desc("json"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<bool> vjp(
+    "vjp",
+    cl::desc("Compile the model's vector-Jacobian product instead: extra "
+             "inputs d_<output> (cotangents), extra outputs d_<input> "
+             "(gradients of every float input); for gradient checks"),
+    cl::sub(compileCmd), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
 
@@ -222,6 +228,7 @@ int main(int argc, char **argv) {
   options.cpu.cpu = cpu;
   options.cpu.optLevel = optLevel;
   options.verbose = verbose;
+  options.vjp = vjp;
   options.runtimeLibDir =
       runtimeDir.empty()
           ? ddpc::defaultRuntimeLibDir(argv[0], (void *)&printVersion)

@@ -48,6 +48,9 @@ struct CompileOptions {
   std::string runtimeLibDir;
   /// Print progress lines to stderr.
   bool verbose = false;
+  /// Compile the vector-Jacobian product of the model instead (`--vjp`):
+  /// extra inputs d_<output>, extra outputs d_<input>; for gradient checks.
+  bool vjp = false;
   /// Training-step synthesis (`--train`).
   TrainOptions train;
   /// Keep the IR text of every named stage in CompileResult::stages.

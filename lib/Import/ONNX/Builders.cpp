@@ -65,6 +65,10 @@ const char *dtypeName(int32_t t) {
   }
 }
 
+} // namespace ddpc::onnx_import
+
+namespace ddpc {
+
 int64_t numElements(ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -287,6 +291,10 @@ TypedAttr highestAttr(Type type, bool isUnsigned) {
                                    : APInt::getSignedMaxValue(w);
   return IntegerAttr::get(it, v);
 }
+
+} // namespace ddpc
+
+namespace ddpc::onnx_import {
 
 Value castScalar(OpBuilder &b, Location loc, Value v, int32_t from, int32_t to,
                  Type toType) {

@@ -640,8 +640,40 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     }
   }
 
+  // Training: float initializers become parameter or buffer arguments.
+  SmallVector<std::pair<std::string, StringRef>> stateArgs; // (name, role)
+  if (options.parameterize) {
+    llvm::StringSet<> frozen;
+    for (const auto &f : options.frozen)
+      frozen.insert(f);
+    for (const auto &node : graph.node())
+      if (node.op_type() == "BatchNormalization")
+        for (int i = 3; i <= 4 && i < node.input_size(); ++i)
+          gi.bufferNames.insert(node.input(i));
+    for (const auto &t : graph.initializer()) {
+      if (!isFloatDType(t.data_type()) || frozen.contains(t.name()))
+        continue;
+      bool isBuffer = gi.bufferNames.contains(t.name());
+      stateArgs.push_back({t.name(), isBuffer ? "buffer" : "param"});
+    }
+    // Parameters first, then buffers.
+    std::stable_sort(stateArgs.begin(), stateArgs.end(),
+                     [](const auto &a, const auto &b) {
+                       return a.second == "param" && b.second == "buffer";
+                     });
+    for (const auto &f : options.frozen)
+      if (!initNames.contains(f)) {
+        (void)gi.fail(ImportErrorKind::Invalid,
+                      "--freeze " + f + ": the model has no initializer of "
+                                        "that name");
+        return nullptr;
+      }
+  }
+  for (const auto &[name, role] : stateArgs)
+    argTypes.push_back(gi.constants[name].first.getType());
+
   b.setInsertionPointToEnd(module->getBody());
-  auto func = func::FuncOp::create(b, loc, "main_graph",
+  auto func = func::FuncOp::create(b, loc, options.funcName,
                                    b.getFunctionType(argTypes, {}));
   Block *entry = func.addEntryBlock();
   b.setInsertionPointToStart(entry);
@@ -650,6 +682,17 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     gi.values[vi->name()] = TValue{entry->getArgument(i), dtype};
     func.setArgAttr(i, "ddpc.name", b.getStringAttr(vi->name()));
     func.setArgAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+    if (options.parameterize)
+      func.setArgAttr(i, "ddpc.role", b.getStringAttr("input"));
+  }
+  for (auto [j, state] : llvm::enumerate(stateArgs)) {
+    unsigned i = argInfos.size() + j;
+    int32_t dtype = gi.constants[state.first].second;
+    gi.constants.erase(state.first);
+    gi.values[state.first] = TValue{entry->getArgument(i), dtype};
+    func.setArgAttr(i, "ddpc.name", b.getStringAttr(state.first));
+    func.setArgAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+    func.setArgAttr(i, "ddpc.role", b.getStringAttr(state.second));
   }
 
   const OpRegistry &ops = getRegistry();
@@ -717,6 +760,10 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     results.push_back(v.value);
     resultTypes.push_back(v.value.getType());
   }
+  for (const auto &[name, v] : gi.bufferUpdates) {
+    results.push_back(v.value);
+    resultTypes.push_back(v.value.getType());
+  }
   func::ReturnOp::create(b, loc, results);
   func.setFunctionType(b.getFunctionType(argTypes, resultTypes));
   for (auto [i, vi] : llvm::enumerate(graph.output())) {
@@ -724,6 +771,14 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     int32_t dtype = v.value ? v.dtype : gi.constants[vi.name()].second;
     func.setResultAttr(i, "ddpc.name", b.getStringAttr(vi.name()));
     func.setResultAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+    if (options.parameterize)
+      func.setResultAttr(i, "ddpc.role", b.getStringAttr("output"));
+  }
+  for (auto [j, upd] : llvm::enumerate(gi.bufferUpdates)) {
+    unsigned i = graph.output_size() + j;
+    func.setResultAttr(i, "ddpc.name", b.getStringAttr(upd.first));
+    func.setResultAttr(i, "ddpc.dtype", b.getI32IntegerAttr(upd.second.dtype));
+    func.setResultAttr(i, "ddpc.role", b.getStringAttr("buffer_update"));
   }
 
   if (failed(verify(*module))) {

@@ -95,7 +95,7 @@ Value channelParam(OpBuilder &b, Location l, Value p, int64_t rank) {
 LogicalResult importBatchNormTraining(NodeContext &ctx);
 
 LogicalResult importBatchNorm(NodeContext &ctx) {
-  if (ctx.attrInt("training_mode", 0) != 0)
+  if (ctx.attrInt("training_mode", 0) != 0 || ctx.importer.options.trainingMode)
     return importBatchNormTraining(ctx);
   if (ctx.opset < 9 && ctx.attrInt("spatial", 1) == 0)
     return ctx.unsupported("spatial=0");
@@ -235,10 +235,14 @@ LogicalResult importBatchNormTraining(NodeContext &ctx) {
                                        arith::MulFOp::create(nb, l, a[1], m1));
         });
   };
-  if (ctx.hasOutput(1))
-    ctx.setOutput(1, {running(3, mean1), x.dtype});
-  if (ctx.hasOutput(2))
-    ctx.setOutput(2, {running(4, var1), x.dtype});
+  Value runMean = running(3, mean1), runVar = running(4, var1);
+  ctx.setOutput(1, {runMean, x.dtype});
+  ctx.setOutput(2, {runVar, x.dtype});
+  // Training programs return the new running statistics of buffer inputs.
+  for (auto [idx, v] : {std::pair<int, Value>{3, runMean}, {4, runVar}})
+    if (ctx.importer.bufferNames.contains(ctx.node.input(idx)))
+      ctx.importer.bufferUpdates.push_back(
+          {ctx.node.input(idx), TValue{v, x.dtype}});
   return success();
 }
 

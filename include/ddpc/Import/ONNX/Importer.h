@@ -45,6 +45,18 @@ struct ImportOptions {
     std::string data;
   };
   std::map<std::string, BoundTensor> boundInputs;
+  /// Name of the generated function.
+  std::string funcName = "main_graph";
+  /// Float initializers become function arguments: `ddpc.role = "param"`,
+  /// or "buffer" for BatchNormalization running mean/var. Graph inputs get
+  /// role "input". Initializers named in `frozen` stay constants.
+  bool parameterize = false;
+  std::vector<std::string> frozen;
+  /// Training-mode semantics: BatchNormalization normalizes with batch
+  /// statistics and the function returns the updated running statistics as
+  /// extra results with `ddpc.role = "buffer_update"` (named after the
+  /// buffer). Needs `parameterize`.
+  bool trainingMode = false;
   /// Run the ONNX library's checker and shape inference where they apply
   /// (IR version <= 8, opset <= 17).
   bool runChecker = true;

@@ -1,0 +1,81 @@
+//===- TensorBuilders.h - Static-shape linalg-on-tensors helpers -*- C++ -*-===//
+//
+// Part of ddpc. Helpers shared by the ONNX importer and training synthesis to
+// build linalg-on-tensors IR with static shapes: numpy broadcasting (ONNX
+// Broadcasting.md), elementwise and reduction generics, reshapes and pads.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_IMPORT_ONNX_TENSORBUILDERS_H
+#define DDPC_IMPORT_ONNX_TENSORBUILDERS_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+
+namespace ddpc {
+
+/// Broadcasts shapes by the ONNX (numpy) rules; failure when incompatible.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<llvm::ArrayRef<int64_t>> shapes);
+
+using ScalarBodyFn = llvm::function_ref<mlir::Value(
+    mlir::OpBuilder &, mlir::Location, mlir::ValueRange)>;
+
+/// Builds an all-parallel `linalg.generic` over `outShape` whose inputs are
+/// broadcast to it (numpy rules); `body` maps the input scalars to the
+/// result scalar of type `resultElem`.
+mlir::Value buildElementwise(mlir::OpBuilder &b, mlir::Location loc,
+                             mlir::ValueRange inputs,
+                             llvm::ArrayRef<int64_t> outShape,
+                             mlir::Type resultElem, ScalarBodyFn body);
+
+/// Builds a `linalg.generic` with explicit indexing maps for the inputs; the
+/// output uses the identity map over `outShape` plus trailing reduction dims
+/// (`numReductionDims`), initialized to `init` when given (else tensor.empty).
+mlir::Value buildGeneric(mlir::OpBuilder &b, mlir::Location loc,
+                         mlir::ValueRange inputs,
+                         llvm::ArrayRef<mlir::AffineMap> inputMaps,
+                         llvm::ArrayRef<int64_t> outShape,
+                         mlir::Type resultElem, unsigned numReductionDims,
+                         std::optional<mlir::TypedAttr> init,
+                         ScalarBodyFn body);
+
+/// Reduces `input` over `axes` (normalized, sorted), keeping them as size-1
+/// dims when `keepDims`. `combine(acc, x)` is called with the accumulator
+/// first. `initValue` is the neutral element.
+mlir::Value buildReduction(mlir::OpBuilder &b, mlir::Location loc,
+                           mlir::Value input, llvm::ArrayRef<int64_t> axes,
+                           bool keepDims, mlir::TypedAttr initValue,
+                           ScalarBodyFn combine);
+
+/// Reshapes a static tensor to `newShape` (same element count).
+mlir::Value buildReshape(mlir::OpBuilder &b, mlir::Location loc,
+                         mlir::Value input, llvm::ArrayRef<int64_t> newShape);
+
+/// Pads a static tensor with `padValue`: `low[d]` before and `high[d]`
+/// after dimension d (returns `input` when all pads are 0).
+mlir::Value buildPad(mlir::OpBuilder &b, mlir::Location loc, mlir::Value input,
+                     llvm::ArrayRef<int64_t> low, llvm::ArrayRef<int64_t> high,
+                     mlir::TypedAttr padValue);
+
+/// Scalar constant of `type` (float or integer) with value `v`.
+mlir::Value scalarConst(mlir::OpBuilder &b, mlir::Location loc,
+                        mlir::Type type, double v);
+/// Attribute for a scalar of `type` with value `v`.
+mlir::TypedAttr scalarAttr(mlir::Type type, double v);
+/// Lowest / highest finite-or-infinite value of `type` (for max/min inits).
+mlir::TypedAttr lowestAttr(mlir::Type type, bool isUnsigned);
+mlir::TypedAttr highestAttr(mlir::Type type, bool isUnsigned);
+
+/// Normalizes a possibly negative axis against `rank`; failure if out of range.
+mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+int64_t numElements(llvm::ArrayRef<int64_t> shape);
+
+} // namespace ddpc
+
+#endif // DDPC_IMPORT_ONNX_TENSORBUILDERS_H

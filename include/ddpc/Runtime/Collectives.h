@@ -1,0 +1,68 @@
+//===- Collectives.h - MPI process group with a watchdog --------*- C++ -*-===//
+//
+// The process group of training programs: MPI_COMM_WORLD, initialized with
+// MPI_Init (a program started without mpirun is a singleton: rank 0 of 1).
+// Every collective here is non-blocking MPI (MPI_Iallreduce / MPI_Ibcast)
+// polled with MPI_Test and a short sleep, so a collective that does not
+// complete within the timeout (a peer rank died or hangs) ends the job:
+//
+//   error: rank R: <operation> did not complete within T s; a peer rank has
+//   probably died
+//
+// and MPI_Abort(MPI_COMM_WORLD, 1). MPI calls use MPI_ERRORS_RETURN and a
+// failing call ends the job the same way with
+// `error: rank R: MPI_xxx failed: <MPI_Error_string>`. None of these
+// functions returns on failure and none throws.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_RUNTIME_COLLECTIVES_H
+#define DDPC_RUNTIME_COLLECTIVES_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ddpc {
+namespace runtime {
+
+/// Calls MPI_Init and sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. Exits the
+/// process with status 1 (message on stderr) when MPI cannot start.
+void collectivesInit(int *argc, char ***argv);
+
+/// Calls MPI_Finalize if MPI was initialized and not yet finalized.
+void collectivesFinalize();
+
+/// Rank and size of MPI_COMM_WORLD (0 and 1 before collectivesInit).
+int worldRank();
+int worldSize();
+
+/// Seconds a collective may take before the watchdog ends the job
+/// (default 30).
+void setCollectiveTimeout(double seconds);
+double collectiveTimeout();
+
+/// Prints `error: rank R: <message>` to stderr and ends the whole job with
+/// MPI_Abort(MPI_COMM_WORLD, 1) (plain exit(1) when MPI is not running).
+[[noreturn]] void fatalError(const std::string &message);
+
+/// Prints `warning: rank R: <message>` to stderr.
+void warning(const std::string &message);
+
+/// In-place sums over all ranks; `what` names the operation in watchdog
+/// messages. No-ops when the world size is 1. Counts of any size (split into
+/// chunks that fit MPI's int counts).
+void allreduceSum(float *data, int64_t count, const char *what);
+void allreduceSum(double *data, int64_t count, const char *what);
+
+/// Broadcasts `bytes` bytes from rank 0 to all ranks. No-op when the world
+/// size is 1.
+void broadcastBytes(void *data, int64_t bytes, const char *what);
+
+/// Waits until every rank has arrived (MPI_Ibarrier, same watchdog).
+void barrier(const char *what);
+
+} // namespace runtime
+} // namespace ddpc
+
+#endif // DDPC_RUNTIME_COLLECTIVES_H

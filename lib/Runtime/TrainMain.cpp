@@ -1,0 +1,873 @@
+//===- TrainMain.cpp - main() of compiled training programs ---------------===//
+//
+// Linked with a compiled training step (object file + generated glue
+// defining the tables of TrainABI.h) to form `train`: a data-parallel
+// training program that runs plain (one rank) or under `mpirun -np N`.
+//
+// Data loading: every rank reads the whole data and label files (readNpy)
+// and gathers its own micro-batch rows from memory. That costs N * row bytes
+// per rank; datasets that do not fit in memory once per rank need a
+// different loader.
+//
+// Buffers (BatchNorm running statistics) are updated by each rank from its
+// own micro-batches; after every optimizer step they are averaged over ranks
+// (one allreduce), so all ranks, checkpoints and the saved model agree. For
+// statistics that are linear in the batch mean this equals what one rank with
+// the global batch computes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Runtime/Checkpoint.h"
+#include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/Npy.h"
+#include "ddpc/Runtime/OnnxWriter.h"
+#include "ddpc/Runtime/Sampler.h"
+#include "ddpc/Runtime/TrainABI.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace ddpc::runtime;
+
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr int32_t kOnnxFloat = 1;
+constexpr int32_t kOnnxInt64 = 7;
+
+/// A zero-initialized, 64-byte aligned heap buffer (at least 64 bytes).
+class Aligned {
+public:
+  Aligned() = default;
+  explicit Aligned(size_t bytes) { allocate(bytes); }
+  Aligned(Aligned &&other) noexcept : ptr(other.ptr), size(other.size) {
+    other.ptr = nullptr;
+  }
+  Aligned(const Aligned &) = delete;
+  Aligned &operator=(const Aligned &) = delete;
+  ~Aligned() { std::free(ptr); }
+
+  void allocate(size_t bytes) {
+    size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    ptr = std::aligned_alloc(kAlign, rounded);
+    if (!ptr)
+      fatalError("out of memory allocating " + std::to_string(bytes) +
+                 " bytes");
+    std::memset(ptr, 0, rounded);
+    size = bytes;
+  }
+  float *f() const { return static_cast<float *>(ptr); }
+  void *ptr = nullptr;
+  size_t size = 0;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 1;
+};
+
+std::vector<TensorInfo> readTable(int32_t count, const char *const *names,
+                                  const int32_t *ranks,
+                                  const int64_t *const *shapes) {
+  std::vector<TensorInfo> out;
+  for (int32_t i = 0; i < count; ++i) {
+    TensorInfo t;
+    t.name = names[i] ? names[i] : "";
+    for (int32_t d = 0; d < ranks[i]; ++d) {
+      t.shape.push_back(shapes[i][d]);
+      t.numel *= shapes[i][d];
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+/// A set of float32 tensors in one table order, each its own aligned
+/// allocation.
+struct TensorSet {
+  std::vector<Aligned> tensors;
+  void allocate(const std::vector<TensorInfo> &infos) {
+    for (const TensorInfo &t : infos)
+      tensors.emplace_back(static_cast<size_t>(t.numel) * sizeof(float));
+  }
+};
+
+struct Options {
+  std::string data, labels, valData, valLabels, save, checkpoint, resume,
+      logJson;
+  int64_t epochs = -1;
+  uint64_t seed = 0;
+  bool seedGiven = false;
+  bool shuffle = true;
+  bool shuffleGiven = false;
+  float lr = 0;
+  bool lrGiven = false;
+  int64_t checkpointEvery = 0;
+  int64_t stopAfter = -1;
+  double timeout = 30;
+  bool quiet = false;
+  bool help = false;
+};
+
+void printUsage(const char *prog) {
+  std::printf(
+      "usage: %s --data X.npy --labels Y.npy --epochs E [options]\n\n"
+      "Trains the compiled model '%s' (optimizer: %s). Run it plain for one "
+      "process or\nunder `mpirun -np N` for data-parallel training.\n\n"
+      "  --data X.npy            float32 samples [N, ...]\n"
+      "  --labels Y.npy          labels [N, ...] (int64/int32/uint8 class ids "
+      "or float)\n"
+      "  --epochs E              number of passes over the data\n"
+      "  --val-data X.npy        validation samples (with --val-labels); "
+      "evaluated\n"
+      "  --val-labels Y.npy      after every epoch\n"
+      "  --shuffle-seed S        sampler seed (default 0); epoch e uses seed "
+      "S+e\n"
+      "  --no-shuffle            visit samples in file order\n"
+      "  --lr LR                 learning rate (default %g)\n"
+      "  --save FILE.onnx        write the trained model at the end (rank 0)\n"
+      "  --checkpoint FILE       write a checkpoint every --checkpoint-every "
+      "steps and\n"
+      "  --checkpoint-every N    at the end\n"
+      "  --resume FILE           continue from a checkpoint\n"
+      "  --stop-after-steps N    stop once N optimizer steps (counted from the "
+      "start\n"
+      "                          of training, across resumes) are done\n"
+      "  --log-json FILE         append one JSON object per optimizer step "
+      "(rank 0)\n"
+      "  --timeout SECONDS       abort when a collective takes longer "
+      "(default 30)\n"
+      "  --quiet                 no banner or progress lines (epoch lines "
+      "stay)\n"
+      "  --help                  print this message\n\n"
+      "Per-rank batch %lld, %d micro-batch(es) per optimizer step; the global "
+      "batch is\n%lld x world size. Exit status: 0 on success, 1 on any "
+      "error.\n",
+      prog, ddpc_model_name ? ddpc_model_name : "",
+      ddpc_optimizer_desc ? ddpc_optimizer_desc : "",
+      static_cast<double>(ddpc_default_lr),
+      static_cast<long long>(ddpc_batch_size), ddpc_grad_accum_steps,
+      static_cast<long long>(ddpc_batch_size));
+}
+
+bool matchOption(const char *opt, int argc, char **argv, int &i,
+                 std::string &value) {
+  size_t len = std::strlen(opt);
+  const char *arg = argv[i];
+  if (std::strncmp(arg, opt, len) != 0)
+    return false;
+  if (arg[len] == '=') {
+    value = arg + len + 1;
+    return true;
+  }
+  if (arg[len] != '\0')
+    return false;
+  if (i + 1 >= argc)
+    fatalError(std::string("option ") + opt + " needs a value");
+  value = argv[++i];
+  return true;
+}
+
+int64_t parseInt(const char *opt, const std::string &v, int64_t min) {
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < min)
+    fatalError(std::string("invalid value '") + v + "' for " + opt +
+               " (an integer >= " + std::to_string(min) + ")");
+  return x;
+}
+
+double parseDouble(const char *opt, const std::string &v) {
+  char *end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x))
+    fatalError(std::string("invalid value '") + v + "' for " + opt);
+  return x;
+}
+
+Options parseOptions(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    const char *a = argv[i];
+    if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h"))
+      o.help = true;
+    else if (!std::strcmp(a, "--quiet"))
+      o.quiet = true;
+    else if (!std::strcmp(a, "--no-shuffle"))
+      o.shuffle = false, o.shuffleGiven = true;
+    else if (matchOption("--data", argc, argv, i, v))
+      o.data = v;
+    else if (matchOption("--labels", argc, argv, i, v))
+      o.labels = v;
+    else if (matchOption("--val-data", argc, argv, i, v))
+      o.valData = v;
+    else if (matchOption("--val-labels", argc, argv, i, v))
+      o.valLabels = v;
+    else if (matchOption("--epochs", argc, argv, i, v))
+      o.epochs = parseInt("--epochs", v, 0);
+    else if (matchOption("--shuffle-seed", argc, argv, i, v))
+      o.seed = static_cast<uint64_t>(parseInt("--shuffle-seed", v, 0)),
+      o.seedGiven = true;
+    else if (matchOption("--lr", argc, argv, i, v))
+      o.lr = static_cast<float>(parseDouble("--lr", v)), o.lrGiven = true;
+    else if (matchOption("--save", argc, argv, i, v))
+      o.save = v;
+    else if (matchOption("--checkpoint-every", argc, argv, i, v))
+      o.checkpointEvery = parseInt("--checkpoint-every", v, 1);
+    else if (matchOption("--checkpoint", argc, argv, i, v))
+      o.checkpoint = v;
+    else if (matchOption("--resume", argc, argv, i, v))
+      o.resume = v;
+    else if (matchOption("--stop-after-steps", argc, argv, i, v))
+      o.stopAfter = parseInt("--stop-after-steps", v, 0);
+    else if (matchOption("--log-json", argc, argv, i, v))
+      o.logJson = v;
+    else if (matchOption("--timeout", argc, argv, i, v)) {
+      o.timeout = parseDouble("--timeout", v);
+      if (o.timeout <= 0)
+        fatalError("--timeout must be positive");
+    } else
+      fatalError(std::string("unknown argument '") + a + "' (see --help)");
+  }
+  if (o.help)
+    return o;
+  if (o.data.empty() || o.labels.empty())
+    fatalError("--data and --labels are required (see --help)");
+  if (o.epochs < 0)
+    fatalError("--epochs is required (see --help)");
+  if (o.valData.empty() != o.valLabels.empty())
+    fatalError("--val-data and --val-labels go together");
+  if (o.checkpointEvery > 0 && o.checkpoint.empty())
+    fatalError("--checkpoint-every needs --checkpoint");
+  if (o.seedGiven && o.shuffleGiven)
+    fatalError("--shuffle-seed and --no-shuffle exclude each other");
+  return o;
+}
+
+/// A dataset in the step's layout: float32 rows of `rowFloats` and labels
+/// (int64 or float32) of `labelElems` elements per sample.
+struct Dataset {
+  int64_t n = 0;
+  int64_t rowFloats = 1;
+  int64_t labelElems = 1;
+  size_t labelItem = 8;
+  std::vector<float> x;
+  std::vector<uint8_t> y; // int64 or float32 elements
+};
+
+std::vector<int64_t> tail(const int64_t *shape, int32_t rank) {
+  return std::vector<int64_t>(shape + 1, shape + rank);
+}
+
+std::string withN(const std::vector<int64_t> &rest, const char *n) {
+  std::string s = std::string("[") + n;
+  for (int64_t d : rest)
+    s += "," + std::to_string(d);
+  return s + "]";
+}
+
+template <typename T> T loadAs(const uint8_t *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+/// Reads and checks data and labels; converts label dtypes.
+Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
+  Dataset ds;
+  std::string err;
+  NpyArray x;
+  if (!readNpy(dataPath, x, err))
+    fatalError(err);
+  std::vector<int64_t> rowShape = tail(ddpc_data_shape, ddpc_data_rank);
+  std::vector<int64_t> gotRest(x.shape.empty() ? x.shape.begin()
+                                               : x.shape.begin() + 1,
+                               x.shape.end());
+  if ((x.dtype != kOnnxFloat && x.dtype != 11) || x.shape.empty() ||
+      gotRest != rowShape)
+    fatalError(dataPath + ": expected float32 data of shape " +
+               withN(rowShape, "N") + ", got " + dtypeName(x.dtype) +
+               formatShape(x.shape));
+  ds.n = x.shape[0];
+  for (int64_t d : rowShape)
+    ds.rowFloats *= d;
+  int64_t total = ds.n * ds.rowFloats;
+  ds.x.resize(static_cast<size_t>(total));
+  if (x.dtype == kOnnxFloat) {
+    std::memcpy(ds.x.data(), x.data.data(), total * sizeof(float));
+  } else {
+    for (int64_t i = 0; i < total; ++i)
+      ds.x[i] = static_cast<float>(loadAs<double>(x.data.data() + i * 8));
+  }
+  x.data = {};
+
+  NpyArray y;
+  if (!readNpy(labelPath, y, err))
+    fatalError(err);
+  std::vector<int64_t> labelRest = tail(ddpc_label_shape, ddpc_label_rank);
+  std::vector<int64_t> expect = labelRest;
+  expect.insert(expect.begin(), ds.n);
+  bool isInt = ddpc_label_dtype == kOnnxInt64;
+  const char *accepted =
+      isInt ? "int64 (or int32/int16/int8/uint8/uint16/uint32)"
+            : "float32 (or float64)";
+  bool dtypeOk;
+  switch (y.dtype) {
+  case 2: case 3: case 4: case 5: case 6: case 7: case 12:
+    dtypeOk = isInt;
+    break;
+  case 1: case 11:
+    dtypeOk = !isInt;
+    break;
+  default:
+    dtypeOk = false;
+  }
+  if (!dtypeOk || y.shape != expect)
+    fatalError(labelPath + ": expected labels of shape " + formatShape(expect) +
+               " (N = " + std::to_string(ds.n) + " samples in " + dataPath +
+               ") with dtype " + accepted + ", got " + dtypeName(y.dtype) +
+               formatShape(y.shape));
+  for (int64_t d : labelRest)
+    ds.labelElems *= d;
+  int64_t count = ds.n * ds.labelElems;
+  ds.labelItem = isInt ? 8 : 4;
+  ds.y.resize(static_cast<size_t>(count) * ds.labelItem);
+  const uint8_t *src = y.data.data();
+  for (int64_t i = 0; i < count; ++i) {
+    if (isInt) {
+      int64_t v = 0;
+      switch (y.dtype) {
+      case 2: v = loadAs<uint8_t>(src + i); break;
+      case 3: v = loadAs<int8_t>(src + i); break;
+      case 4: v = loadAs<uint16_t>(src + 2 * i); break;
+      case 5: v = loadAs<int16_t>(src + 2 * i); break;
+      case 6: v = loadAs<int32_t>(src + 4 * i); break;
+      case 12: v = loadAs<uint32_t>(src + 4 * i); break;
+      default: v = loadAs<int64_t>(src + 8 * i); break;
+      }
+      if (v < 0)
+        fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
+                   std::to_string(i / ds.labelElems) + " is negative");
+      std::memcpy(ds.y.data() + 8 * i, &v, 8);
+    } else {
+      float v = y.dtype == kOnnxFloat
+                    ? loadAs<float>(src + 4 * i)
+                    : static_cast<float>(loadAs<double>(src + 8 * i));
+      std::memcpy(ds.y.data() + 4 * i, &v, 4);
+    }
+  }
+  return ds;
+}
+
+/// Copies sample `idx` of `ds` into row `row` of the batch buffers.
+void gatherRow(const Dataset &ds, int64_t idx, int64_t row, float *x,
+               uint8_t *y) {
+  std::memcpy(x + row * ds.rowFloats, ds.x.data() + idx * ds.rowFloats,
+              ds.rowFloats * sizeof(float));
+  size_t lb = ds.labelElems * ds.labelItem;
+  std::memcpy(y + row * lb, ds.y.data() + idx * lb, lb);
+}
+
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v))
+    return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int run(int argc, char **argv) {
+  Options opt = parseOptions(argc, argv);
+  const int rank = worldRank();
+  const int world = worldSize();
+  if (opt.help) {
+    if (rank == 0)
+      printUsage(argc > 0 ? argv[0] : "train");
+    return 0;
+  }
+  setCollectiveTimeout(opt.timeout);
+
+  // The tables must describe something this runtime can drive.
+  const int64_t B = ddpc_batch_size;
+  const int64_t K = ddpc_grad_accum_steps;
+  if (B < 1 || K < 1 || ddpc_data_rank < 1 || ddpc_label_rank < 1 ||
+      ddpc_data_shape[0] != B || ddpc_label_shape[0] != B ||
+      ddpc_data_dtype != kOnnxFloat ||
+      (ddpc_label_dtype != kOnnxInt64 && ddpc_label_dtype != kOnnxFloat) ||
+      ddpc_opt_slots < 0)
+    fatalError("the compiled model's training tables are inconsistent "
+               "(batch size, data/label shapes or dtypes)");
+
+  const std::vector<TensorInfo> params = readTable(
+      ddpc_num_params, ddpc_param_names, ddpc_param_ranks, ddpc_param_shapes);
+  const std::vector<TensorInfo> buffers =
+      readTable(ddpc_num_buffers, ddpc_buffer_names, ddpc_buffer_ranks,
+                ddpc_buffer_shapes);
+  const int32_t P = ddpc_num_params, Bf = ddpc_num_buffers,
+                S = ddpc_opt_slots;
+  std::vector<TensorInfo> slots;
+  for (const TensorInfo &p : params)
+    for (int32_t s = 0; s < S; ++s)
+      slots.push_back({p.name + "/slot" + std::to_string(s), p.shape, p.numel});
+
+  Dataset train = loadDataset(opt.data, opt.labels);
+  Dataset val;
+  bool haveVal = !opt.valData.empty();
+  if (haveVal)
+    val = loadDataset(opt.valData, opt.valLabels);
+
+  const int64_t globalBatch = B * world;
+  const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);
+  if (stepsPerEp == 0)
+    fatalError(opt.data + ": " + std::to_string(train.n) +
+               " samples are fewer than one optimizer step needs (" +
+               std::to_string(globalBatch * K) + " = batch " +
+               std::to_string(B) + " x " + std::to_string(world) +
+               " ranks x " + std::to_string(K) + " micro-batches)");
+
+  // State, double-buffered: the step functions write outputs into the other
+  // half, then the halves swap.
+  TensorSet paramSets[2], bufferSets[2], gradSets[2], optSets[2];
+  for (int h = 0; h < 2; ++h) {
+    paramSets[h].allocate(params);
+    bufferSets[h].allocate(buffers);
+    gradSets[h].allocate(params);
+    optSets[h].allocate(slots);
+  }
+  int cp = 0, cb = 0, cg = 0, co = 0;
+  for (int32_t i = 0; i < P; ++i)
+    std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
+                params[i].numel * sizeof(float));
+  for (int32_t i = 0; i < Bf; ++i)
+    std::memcpy(bufferSets[0].tensors[i].ptr, ddpc_buffer_init[i],
+                buffers[i].numel * sizeof(float));
+
+  // Position and running epoch totals; restored by --resume.
+  struct Position {
+    int64_t epoch = 0, stepInEpoch = 0, globalStep = 0;
+    double epochLossSum = 0;
+    int64_t epochCorrect = 0, epochSamples = 0, epochSteps = 0;
+    uint64_t seed = 0;
+    int64_t shuffle = 1;
+  } pos;
+  pos.seed = opt.seed;
+  pos.shuffle = opt.shuffle ? 1 : 0;
+
+  bool resumed = !opt.resume.empty();
+  if (resumed && rank == 0) {
+    Checkpoint c;
+    std::string err;
+    if (!readCheckpoint(opt.resume, c, err))
+      fatalError(err);
+    auto mismatch = [&](const std::string &what) {
+      fatalError(opt.resume + ": checkpoint does not match this program: " +
+                 what);
+    };
+    if (c.modelName != (ddpc_model_name ? ddpc_model_name : ""))
+      mismatch("model '" + c.modelName + "', program model '" +
+               ddpc_model_name + "'");
+    if (c.optimizerDesc != (ddpc_optimizer_desc ? ddpc_optimizer_desc : ""))
+      mismatch("optimizer '" + c.optimizerDesc + "', program optimizer '" +
+               ddpc_optimizer_desc + "'");
+    if (c.batchSize * c.worldSize * c.accumSteps != globalBatch * K)
+      mismatch("samples per optimizer step " +
+               std::to_string(c.batchSize * c.worldSize * c.accumSteps) +
+               " (batch " + std::to_string(c.batchSize) + " x " +
+               std::to_string(c.worldSize) + " ranks x " +
+               std::to_string(c.accumSteps) + "), this run " +
+               std::to_string(globalBatch * K));
+    if (opt.seedGiven && c.shuffle && c.seed != opt.seed)
+      mismatch("shuffle seed " + std::to_string(c.seed) + ", --shuffle-seed " +
+               std::to_string(opt.seed));
+    if (opt.shuffleGiven && c.shuffle)
+      mismatch("it was written by a shuffled run, this run has --no-shuffle");
+    auto checkSection = [&](const char *kind,
+                            const std::vector<CheckpointTensor> &got,
+                            const std::vector<TensorInfo> &want,
+                            TensorSet &dst) {
+      if (got.size() != want.size())
+        mismatch(std::to_string(got.size()) + " " + kind + ", expected " +
+                 std::to_string(want.size()));
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (got[i].name != want[i].name || got[i].shape != want[i].shape)
+          mismatch(std::string(kind) + " #" + std::to_string(i) + " is '" +
+                   got[i].name + "' " + formatShape(got[i].shape) +
+                   ", expected '" + want[i].name + "' " +
+                   formatShape(want[i].shape));
+        std::memcpy(dst.tensors[i].ptr, got[i].values.data(),
+                    want[i].numel * sizeof(float));
+      }
+    };
+    checkSection("parameters", c.params, params, paramSets[0]);
+    checkSection("buffers", c.buffers, buffers, bufferSets[0]);
+    checkSection("optimizer state tensors", c.optState, slots, optSets[0]);
+    if (c.stepInEpoch < 0 || c.stepInEpoch > stepsPerEp || c.epoch < 0)
+      mismatch("position epoch " + std::to_string(c.epoch) + " step " +
+               std::to_string(c.stepInEpoch) + " is outside this data set (" +
+               std::to_string(stepsPerEp) + " steps per epoch)");
+    pos.epoch = c.epoch;
+    pos.stepInEpoch = c.stepInEpoch;
+    pos.globalStep = c.globalStep;
+    pos.epochLossSum = c.epochLossSum;
+    pos.epochCorrect = c.epochCorrect;
+    pos.epochSamples = c.epochSamples;
+    pos.epochSteps = c.epochSteps;
+    pos.seed = c.seed;
+    pos.shuffle = c.shuffle ? 1 : 0;
+  }
+
+  // Rank 0's state is everyone's state.
+  broadcastBytes(&pos, sizeof(pos), "broadcast of the training position");
+  for (int32_t i = 0; i < P; ++i)
+    broadcastBytes(paramSets[0].tensors[i].ptr,
+                   params[i].numel * sizeof(float),
+                   "broadcast of the initial parameters");
+  for (int32_t i = 0; i < Bf; ++i)
+    broadcastBytes(bufferSets[0].tensors[i].ptr,
+                   buffers[i].numel * sizeof(float),
+                   "broadcast of the initial buffers");
+  if (resumed)
+    for (size_t i = 0; i < slots.size(); ++i)
+      broadcastBytes(optSets[0].tensors[i].ptr,
+                     slots[i].numel * sizeof(float),
+                     "broadcast of the optimizer state");
+
+  const float lr = opt.lrGiven ? opt.lr : ddpc_default_lr;
+  const int64_t stopAt = opt.stopAfter >= 0 ? opt.stopAfter : INT64_MAX;
+  // \r-updated progress only on an interactive terminal of a single process:
+  // mpirun hands its ranks a pty even when its own output is a file.
+  const bool tty = ::isatty(fileno(stdout)) && world == 1 &&
+                   !std::getenv("OMPI_COMM_WORLD_SIZE");
+
+  if (rank == 0 && !opt.quiet) {
+    std::printf("training '%s': %lld samples, %d rank(s) x batch %lld x %lld "
+                "micro-batch(es) = %lld samples/step, %lld steps/epoch, "
+                "lr %g\n",
+                ddpc_model_name, static_cast<long long>(train.n), world,
+                static_cast<long long>(B), static_cast<long long>(K),
+                static_cast<long long>(globalBatch * K),
+                static_cast<long long>(stepsPerEp), static_cast<double>(lr));
+    if (resumed)
+      std::printf("resumed from %s at epoch %lld step %lld (global step "
+                  "%lld)\n",
+                  opt.resume.c_str(), static_cast<long long>(pos.epoch + 1),
+                  static_cast<long long>(pos.stepInEpoch),
+                  static_cast<long long>(pos.globalStep));
+    std::fflush(stdout);
+  }
+
+  std::FILE *logFile = nullptr;
+  if (rank == 0 && !opt.logJson.empty()) {
+    logFile = std::fopen(opt.logJson.c_str(), "a");
+    if (!logFile)
+      fatalError("cannot open '" + opt.logJson + "' for appending: " +
+                 std::strerror(errno));
+  }
+
+  // Micro-batch staging buffers.
+  Aligned xBatch(static_cast<size_t>(B * train.rowFloats) * sizeof(float));
+  Aligned yBatch(static_cast<size_t>(B * train.labelElems) * train.labelItem);
+  Aligned lossOut(sizeof(float)), correctOut(sizeof(int64_t));
+  Aligned sampleLoss(static_cast<size_t>(B) * sizeof(float));
+  Aligned sampleCorrect(static_cast<size_t>(B) * sizeof(int64_t));
+  Aligned lrArg(sizeof(float)), stepArg(sizeof(int64_t)),
+      scaleArg(sizeof(float));
+
+  std::vector<void *> microArgs(3 * P + 2 * Bf + 4);
+  std::vector<void *> applyArgs(3 * P + 2 * P * S + 3);
+  std::vector<void *> evalArgs(P + Bf + 4);
+
+  auto writeCkpt = [&]() {
+    if (rank != 0)
+      return;
+    Checkpoint c;
+    c.modelName = ddpc_model_name ? ddpc_model_name : "";
+    c.optimizerDesc = ddpc_optimizer_desc ? ddpc_optimizer_desc : "";
+    c.worldSize = world;
+    c.batchSize = B;
+    c.accumSteps = static_cast<int32_t>(K);
+    c.seed = pos.seed;
+    c.shuffle = pos.shuffle != 0;
+    c.epoch = pos.epoch;
+    c.stepInEpoch = pos.stepInEpoch;
+    c.globalStep = pos.globalStep;
+    c.epochLossSum = pos.epochLossSum;
+    c.epochCorrect = pos.epochCorrect;
+    c.epochSamples = pos.epochSamples;
+    c.epochSteps = pos.epochSteps;
+    auto add = [](std::vector<CheckpointTensor> &dst,
+                  const std::vector<TensorInfo> &infos, const TensorSet &set) {
+      for (size_t i = 0; i < infos.size(); ++i)
+        dst.push_back({infos[i].name, infos[i].shape, set.tensors[i].f(), {}});
+    };
+    add(c.params, params, paramSets[cp]);
+    add(c.buffers, buffers, bufferSets[cb]);
+    add(c.optState, slots, optSets[co]);
+    std::string err;
+    if (!writeCheckpoint(opt.checkpoint, c, err))
+      fatalError(err);
+  };
+
+  auto validate = [&](double &lossOutV, double &accOut) {
+    double sums[3] = {0, 0, 0}; // loss, correct, count
+    std::vector<int64_t> mine;
+    for (int64_t i = rank; i < val.n; i += world)
+      mine.push_back(i);
+    for (size_t start = 0; start < mine.size(); start += B) {
+      int64_t valid = std::min<int64_t>(B, mine.size() - start);
+      for (int64_t j = 0; j < B; ++j)
+        gatherRow(val, mine[start + std::min(j, valid - 1)], j, xBatch.f(),
+                  static_cast<uint8_t *>(yBatch.ptr));
+      size_t a = 0;
+      for (int32_t i = 0; i < P; ++i)
+        evalArgs[a++] = paramSets[cp].tensors[i].ptr;
+      for (int32_t i = 0; i < Bf; ++i)
+        evalArgs[a++] = bufferSets[cb].tensors[i].ptr;
+      evalArgs[a++] = xBatch.ptr;
+      evalArgs[a++] = yBatch.ptr;
+      evalArgs[a++] = sampleLoss.ptr;
+      evalArgs[a++] = sampleCorrect.ptr;
+      ddpc_eval(evalArgs.data());
+      const int64_t *corr = static_cast<const int64_t *>(sampleCorrect.ptr);
+      for (int64_t j = 0; j < valid; ++j) {
+        sums[0] += sampleLoss.f()[j];
+        sums[1] += static_cast<double>(corr[j]);
+        sums[2] += 1;
+      }
+    }
+    allreduceSum(sums, 3, "allreduce of validation metrics");
+    lossOutV = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+    accOut = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+  };
+
+  const float gradScale = 1.0f / static_cast<float>(world * K);
+  int64_t lastCkptStep = resumed ? pos.globalStep : -1;
+  int64_t progressEvery = std::max<int64_t>(1, (stepsPerEp + 9) / 10);
+  std::vector<int64_t> order;
+  int64_t orderEpoch = -1;
+  Clock::time_point epochStart = Clock::now();
+  int64_t epochSamplesHere = 0; // samples processed by this process in epoch
+
+  while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
+    if (orderEpoch != pos.epoch) {
+      order = epochOrder(train.n, pos.seed, pos.epoch, pos.shuffle != 0);
+      orderEpoch = pos.epoch;
+    }
+    Clock::time_point stepStart = Clock::now();
+    for (int32_t i = 0; i < P; ++i)
+      std::memset(gradSets[cg].tensors[i].ptr, 0,
+                  params[i].numel * sizeof(float));
+    double local[2] = {0, 0}; // loss sum over micro-batches, correct
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t begin = sliceBegin(pos.stepInEpoch, k, rank, B, world, K);
+      for (int64_t j = 0; j < B; ++j)
+        gatherRow(train, order[begin + j], j, xBatch.f(),
+                  static_cast<uint8_t *>(yBatch.ptr));
+      size_t a = 0;
+      for (int32_t i = 0; i < P; ++i)
+        microArgs[a++] = paramSets[cp].tensors[i].ptr;
+      for (int32_t i = 0; i < Bf; ++i)
+        microArgs[a++] = bufferSets[cb].tensors[i].ptr;
+      for (int32_t i = 0; i < P; ++i)
+        microArgs[a++] = gradSets[cg].tensors[i].ptr;
+      microArgs[a++] = xBatch.ptr;
+      microArgs[a++] = yBatch.ptr;
+      for (int32_t i = 0; i < Bf; ++i)
+        microArgs[a++] = bufferSets[1 - cb].tensors[i].ptr;
+      for (int32_t i = 0; i < P; ++i)
+        microArgs[a++] = gradSets[1 - cg].tensors[i].ptr;
+      microArgs[a++] = lossOut.ptr;
+      microArgs[a++] = correctOut.ptr;
+      ddpc_train_micro(microArgs.data());
+      cb = 1 - cb;
+      cg = 1 - cg;
+      local[0] += lossOut.f()[0];
+      local[1] += static_cast<double>(*static_cast<int64_t *>(correctOut.ptr));
+    }
+
+    ++pos.globalStep;
+    *lrArg.f() = lr;
+    *static_cast<int64_t *>(stepArg.ptr) = pos.globalStep;
+    *scaleArg.f() = gradScale;
+    size_t a = 0;
+    for (int32_t i = 0; i < P; ++i)
+      applyArgs[a++] = paramSets[cp].tensors[i].ptr;
+    for (size_t i = 0; i < slots.size(); ++i)
+      applyArgs[a++] = optSets[co].tensors[i].ptr;
+    for (int32_t i = 0; i < P; ++i)
+      applyArgs[a++] = gradSets[cg].tensors[i].ptr;
+    applyArgs[a++] = lrArg.ptr;
+    applyArgs[a++] = stepArg.ptr;
+    applyArgs[a++] = scaleArg.ptr;
+    for (int32_t i = 0; i < P; ++i)
+      applyArgs[a++] = paramSets[1 - cp].tensors[i].ptr;
+    for (size_t i = 0; i < slots.size(); ++i)
+      applyArgs[a++] = optSets[1 - co].tensors[i].ptr;
+    ddpc_apply(applyArgs.data());
+    cp = 1 - cp;
+    co = 1 - co;
+
+    if (world > 1) {
+      for (int32_t i = 0; i < Bf; ++i) {
+        float *b = bufferSets[cb].tensors[i].f();
+        allreduceSum(b, buffers[i].numel, "allreduce of buffers");
+        for (int64_t e = 0; e < buffers[i].numel; ++e)
+          b[e] /= static_cast<float>(world);
+      }
+    }
+    allreduceSum(local, 2, "allreduce of the step loss");
+    double stepLoss = local[0] / static_cast<double>(world * K);
+    int64_t stepSamples = globalBatch * K;
+    pos.epochLossSum += stepLoss;
+    pos.epochCorrect += static_cast<int64_t>(local[1]);
+    pos.epochSamples += stepSamples;
+    pos.epochSteps += 1;
+    pos.stepInEpoch += 1;
+    epochSamplesHere += stepSamples;
+    double stepSecs = secondsSince(stepStart);
+
+    if (rank == 0) {
+      if (logFile) {
+        std::fprintf(logFile,
+                     "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,"
+                     "\"samples_per_s\":%s,\"lr\":%s}\n",
+                     static_cast<long long>(pos.globalStep),
+                     static_cast<long long>(pos.epoch + 1),
+                     jsonNumber(stepLoss).c_str(),
+                     jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0)
+                         .c_str(),
+                     jsonNumber(lr).c_str());
+        std::fflush(logFile);
+      }
+      bool show = !opt.quiet &&
+                  (tty || pos.stepInEpoch % progressEvery == 0) &&
+                  pos.stepInEpoch != stepsPerEp;
+      if (show) {
+        std::printf("%sepoch %lld/%lld  step %lld/%lld  loss %.4f%s",
+                    tty ? "\r" : "", static_cast<long long>(pos.epoch + 1),
+                    static_cast<long long>(opt.epochs),
+                    static_cast<long long>(pos.stepInEpoch),
+                    static_cast<long long>(stepsPerEp),
+                    pos.epochLossSum / pos.epochSteps, tty ? "" : "\n");
+        std::fflush(stdout);
+      }
+    }
+
+    bool epochDone = pos.stepInEpoch == stepsPerEp;
+    if (epochDone) {
+      double secs = secondsSince(epochStart);
+      std::string line = "epoch " + std::to_string(pos.epoch + 1) + "/" +
+                         std::to_string(opt.epochs);
+      char buf[128];
+      std::snprintf(buf, sizeof(buf), "  loss %.4f",
+                    pos.epochLossSum / std::max<int64_t>(1, pos.epochSteps));
+      line += buf;
+      if (ddpc_is_classification) {
+        std::snprintf(buf, sizeof(buf), "  train-acc %.3f",
+                      static_cast<double>(pos.epochCorrect) /
+                          std::max<int64_t>(1, pos.epochSamples));
+        line += buf;
+      }
+      if (haveVal) {
+        double vLoss, vAcc;
+        validate(vLoss, vAcc);
+        std::snprintf(buf, sizeof(buf), "  val-loss %.4f", vLoss);
+        line += buf;
+        if (ddpc_is_classification) {
+          std::snprintf(buf, sizeof(buf), "  val-acc %.3f", vAcc);
+          line += buf;
+        }
+      }
+      std::snprintf(buf, sizeof(buf), "  %.0f samples/s",
+                    secs > 0 ? epochSamplesHere / secs : 0.0);
+      line += buf;
+      if (rank == 0) {
+        std::printf("%s%s\n", tty && !opt.quiet ? "\r\033[K" : "",
+                    line.c_str());
+        std::fflush(stdout);
+      }
+      pos.epoch += 1;
+      pos.stepInEpoch = 0;
+      pos.epochLossSum = 0;
+      pos.epochCorrect = pos.epochSamples = pos.epochSteps = 0;
+      epochSamplesHere = 0;
+      epochStart = Clock::now();
+    }
+
+    if (!opt.checkpoint.empty() && opt.checkpointEvery > 0 &&
+        pos.globalStep % opt.checkpointEvery == 0) {
+      writeCkpt();
+      lastCkptStep = pos.globalStep;
+    }
+  }
+
+  if (rank == 0 && tty && !opt.quiet && pos.stepInEpoch != 0)
+    std::printf("\n");
+  if (rank == 0 && !opt.quiet && pos.globalStep >= stopAt &&
+      pos.epoch < opt.epochs)
+    std::printf("stopped after %lld steps (epoch %lld, step %lld of %lld)\n",
+                static_cast<long long>(pos.globalStep),
+                static_cast<long long>(pos.epoch + 1),
+                static_cast<long long>(pos.stepInEpoch),
+                static_cast<long long>(stepsPerEp));
+  if (!opt.checkpoint.empty() && lastCkptStep != pos.globalStep)
+    writeCkpt();
+  if (rank == 0 && !opt.save.empty()) {
+    std::vector<OnnxInitializer> inits;
+    for (int32_t i = 0; i < P; ++i)
+      inits.push_back({params[i].name, params[i].shape,
+                       paramSets[cp].tensors[i].f()});
+    for (int32_t i = 0; i < Bf; ++i)
+      inits.push_back({buffers[i].name, buffers[i].shape,
+                       bufferSets[cb].tensors[i].f()});
+    std::string err;
+    if (!writeTrainedOnnx(opt.save, ddpc_onnx_model,
+                          static_cast<size_t>(ddpc_onnx_model_size), inits,
+                          err))
+      fatalError(err);
+    if (!opt.quiet)
+      std::printf("saved %s\n", opt.save.c_str());
+  }
+  if (logFile)
+    std::fclose(logFile);
+  std::fflush(stdout);
+  // Nobody leaves before rank 0 has written its files (an early exit of a
+  // peer would look like a failure to mpirun).
+  barrier("final barrier");
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  collectivesInit(&argc, &argv);
+  int rc = 1;
+  try {
+    rc = run(argc, argv);
+  } catch (const std::exception &e) {
+    fatalError(std::string("internal error: ") + e.what());
+  } catch (...) {
+    fatalError("internal error: unknown exception");
+  }
+  collectivesFinalize();
+  return rc;
+}

@@ -1,0 +1,411 @@
+//===- Autodiff.cpp - Reverse-mode AD on linalg-on-tensors IR -------------===//
+//
+// Part of ddpc. See Autodiff.h for the rules.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Training/Autodiff.h"
+
+#include "ddpc/Import/ONNX/TensorBuilders.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace ddpc {
+namespace {
+
+bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+Value zerosLike(OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
+                Type elem) {
+  Value e = tensor::EmptyOp::create(b, loc, shape, elem);
+  Value z = arith::ConstantOp::create(b, loc, scalarAttr(elem, 0.0));
+  return linalg::FillOp::create(b, loc, z, e).getResult(0);
+}
+
+Value addTensors(OpBuilder &b, Location loc, Value x, Value y) {
+  auto t = cast<RankedTensorType>(x.getType());
+  return buildElementwise(b, loc, ValueRange{x, y}, t.getShape(),
+                          t.getElementType(),
+                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return arith::AddFOp::create(nb, l, a[0], a[1]);
+                          });
+}
+
+/// Scalar reverse-mode AD over a cloned generic body.
+class ScalarAD {
+public:
+  ScalarAD(OpBuilder &b, Location loc, Value accumulatorValue)
+      : b(b), loc(loc), acc(accumulatorValue) {}
+
+  void add(Value v, Value g) {
+    if (!isa<FloatType>(v.getType()))
+      return;
+    auto it = adj.find(v);
+    if (it == adj.end())
+      adj[v] = g;
+    else
+      it->second = arith::AddFOp::create(b, loc, it->second, g);
+  }
+  Value get(Value v) {
+    auto it = adj.find(v);
+    return it == adj.end() ? Value() : it->second;
+  }
+
+  /// Propagates the adjoint of `op`'s result to its operands.
+  LogicalResult visit(Operation *op, std::string &error) {
+    if (op->getNumResults() != 1)
+      return success();
+    Value y = op->getResult(0);
+    Value g = get(y);
+    if (!g || !isa<FloatType>(y.getType()))
+      return success();
+    Type t = y.getType();
+    auto c = [&](double v) { return scalarConst(b, loc, t, v); };
+    auto mul = [&](Value x, Value z) -> Value {
+      return arith::MulFOp::create(b, loc, x, z);
+    };
+    auto div = [&](Value x, Value z) -> Value {
+      return arith::DivFOp::create(b, loc, x, z);
+    };
+    auto sel = [&](Value cond, Value x, Value z) -> Value {
+      return arith::SelectOp::create(b, loc, cond, x, z);
+    };
+    Value zero = c(0.0);
+    if (isa<arith::AddFOp>(op)) {
+      add(op->getOperand(0), g);
+      add(op->getOperand(1), g);
+    } else if (isa<arith::SubFOp>(op)) {
+      add(op->getOperand(0), g);
+      add(op->getOperand(1), arith::NegFOp::create(b, loc, g));
+    } else if (isa<arith::MulFOp>(op)) {
+      add(op->getOperand(0), mul(g, op->getOperand(1)));
+      add(op->getOperand(1), mul(g, op->getOperand(0)));
+    } else if (isa<arith::DivFOp>(op)) {
+      Value x = op->getOperand(0), z = op->getOperand(1);
+      add(x, div(g, z));
+      add(z, arith::NegFOp::create(b, loc, div(mul(g, y), z)));
+    } else if (isa<arith::NegFOp>(op)) {
+      add(op->getOperand(0), arith::NegFOp::create(b, loc, g));
+    } else if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MinimumFOp,
+                   arith::MinNumFOp>(op)) {
+      Value x = op->getOperand(0), z = op->getOperand(1);
+      bool isMax = isa<arith::MaximumFOp, arith::MaxNumFOp>(op);
+      if (x == acc || z == acc) {
+        // Reduction max/min: the cotangent goes to elements equal to the
+        // final result (bound to the accumulator argument).
+        Value other = x == acc ? z : x;
+        Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                         other, acc);
+        add(other, sel(eq, g, zero));
+      } else {
+        Value firstWins = arith::CmpFOp::create(
+            b, loc, isMax ? arith::CmpFPredicate::OGE : arith::CmpFPredicate::OLE,
+            x, z);
+        add(x, sel(firstWins, g, zero));
+        add(z, sel(firstWins, zero, g));
+      }
+    } else if (auto s = dyn_cast<arith::SelectOp>(op)) {
+      add(s.getTrueValue(), sel(s.getCondition(), g, zero));
+      add(s.getFalseValue(), sel(s.getCondition(), zero, g));
+    } else if (isa<math::ExpOp>(op)) {
+      add(op->getOperand(0), mul(g, y));
+    } else if (isa<math::LogOp>(op)) {
+      add(op->getOperand(0), div(g, op->getOperand(0)));
+    } else if (isa<math::SqrtOp>(op)) {
+      add(op->getOperand(0), div(mul(g, c(0.5)), y));
+    } else if (isa<math::RsqrtOp>(op)) {
+      add(op->getOperand(0), mul(g, mul(c(-0.5), mul(y, mul(y, y)))));
+    } else if (isa<math::TanhOp>(op)) {
+      add(op->getOperand(0),
+          mul(g, arith::SubFOp::create(b, loc, c(1.0), mul(y, y))));
+    } else if (isa<math::ErfOp>(op)) {
+      Value x = op->getOperand(0);
+      Value e = math::ExpOp::create(b, loc,
+                                    arith::NegFOp::create(b, loc, mul(x, x)));
+      add(x, mul(g, mul(c(1.1283791670955126), e)));
+    } else if (isa<math::PowFOp>(op)) {
+      Value x = op->getOperand(0), p = op->getOperand(1);
+      Value pm1 = arith::SubFOp::create(b, loc, p, c(1.0));
+      add(x, mul(g, mul(p, math::PowFOp::create(b, loc, x, pm1))));
+      add(p, mul(g, mul(y, math::LogOp::create(b, loc, x))));
+    } else if (isa<math::AbsFOp>(op)) {
+      Value x = op->getOperand(0);
+      Value neg =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, x, zero);
+      add(x, sel(neg, arith::NegFOp::create(b, loc, g), g));
+    } else if (isa<arith::ExtFOp, arith::TruncFOp>(op)) {
+      Value x = op->getOperand(0);
+      Type xt = x.getType();
+      Value gx = cast<FloatType>(xt).getWidth() < cast<FloatType>(t).getWidth()
+                     ? arith::TruncFOp::create(b, loc, xt, g).getResult()
+                     : arith::ExtFOp::create(b, loc, xt, g).getResult();
+      add(x, gx);
+    } else if (isa<math::FloorOp, math::CeilOp, arith::SIToFPOp,
+                   arith::UIToFPOp, arith::ConstantOp>(op)) {
+      // Zero derivative (or no float operand).
+    } else {
+      error = "no VJP rule for scalar op '" +
+              op->getName().getStringRef().str() + "' in a linalg.generic body";
+      return failure();
+    }
+    return success();
+  }
+
+private:
+  OpBuilder &b;
+  Location loc;
+  Value acc;
+  DenseMap<Value, Value> adj;
+};
+
+/// True when every result of `map` is a distinct dim or the constant 0.
+bool isProjectedWithConstants(AffineMap map) {
+  llvm::SmallDenseSet<unsigned> seen;
+  for (AffineExpr e : map.getResults()) {
+    if (auto d = dyn_cast<AffineDimExpr>(e)) {
+      if (!seen.insert(d.getPosition()).second)
+        return false;
+      continue;
+    }
+    if (auto cst = dyn_cast<AffineConstantExpr>(e))
+      if (cst.getValue() == 0)
+        continue;
+    return false;
+  }
+  return true;
+}
+
+/// Cotangent of input `k` of a single-result generic.
+FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
+                            unsigned k, Value dOut, std::string &error) {
+  MLIRContext *ctx = b.getContext();
+  OpOperand *inOperand = op.getDpsInputOperand(k);
+  Value input = inOperand->get();
+  auto inType = cast<RankedTensorType>(input.getType());
+  AffineMap inMap = op.getMatchingIndexingMap(inOperand);
+  AffineMap outMap = op.getIndexingMapsArray().back();
+  unsigned numLoops = op.getNumLoops();
+  Block &body = op.getRegion().front();
+  BlockArgument accArg = body.getArguments().back();
+  bool usesAcc = !accArg.use_empty();
+
+  // Output map of the cotangent: the input map without constant results
+  // (broadcast dims of size 1, re-inserted by a reshape afterwards).
+  SmallVector<AffineExpr> gradExprs;
+  SmallVector<int64_t> gradShape;
+  for (auto [i, e] : llvm::enumerate(inMap.getResults())) {
+    if (auto cst = dyn_cast<AffineConstantExpr>(e)) {
+      if (inType.getDimSize(i) != 1) {
+        error = "no VJP rule for a linalg.generic reading a fixed index of "
+                "a non-broadcast dimension";
+        return failure();
+      }
+      continue;
+    }
+    gradExprs.push_back(e);
+    gradShape.push_back(inType.getDimSize(i));
+  }
+  AffineMap gradMap = AffineMap::get(numLoops, 0, gradExprs, ctx);
+  bool projected = isProjectedWithConstants(inMap);
+  SmallVector<utils::IteratorType> iters(numLoops,
+                                         utils::IteratorType::reduction);
+  if (projected)
+    for (AffineExpr e : gradExprs)
+      iters[cast<AffineDimExpr>(e).getPosition()] =
+          utils::IteratorType::parallel;
+
+  SmallVector<Value> ins(op.getDpsInputs().begin(), op.getDpsInputs().end());
+  SmallVector<AffineMap> maps;
+  for (OpOperand *o : op.getDpsInputOperands())
+    maps.push_back(op.getMatchingIndexingMap(o));
+  unsigned resultIdx = ins.size();
+  if (usesAcc) {
+    ins.push_back(op.getResult(0));
+    maps.push_back(outMap);
+  }
+  unsigned dOutIdx = ins.size();
+  ins.push_back(dOut);
+  maps.push_back(outMap);
+  maps.push_back(gradMap);
+  Type elem = inType.getElementType();
+  Value init = zerosLike(b, loc, gradShape, elem);
+  std::string bodyError;
+  auto grad = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters,
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        IRMapping mapping;
+        for (unsigned i = 0; i < op.getNumDpsInputs(); ++i)
+          mapping.map(body.getArgument(i), args[i]);
+        Value accValue = usesAcc ? args[resultIdx] : Value();
+        if (usesAcc)
+          mapping.map(accArg, accValue);
+        SmallVector<Operation *> cloned;
+        for (Operation &bodyOp : body.without_terminator())
+          cloned.push_back(nb.clone(bodyOp, mapping));
+        Value yielded =
+            mapping.lookupOrDefault(body.getTerminator()->getOperand(0));
+        ScalarAD ad(nb, l, accValue);
+        ad.add(yielded, args[dOutIdx]);
+        for (Operation *c : llvm::reverse(cloned))
+          if (failed(ad.visit(c, bodyError)))
+            break;
+        Value a = ad.get(args[k]);
+        Value accIn = args.back();
+        Value r = a ? arith::AddFOp::create(nb, l, accIn, a).getResult()
+                    : accIn;
+        linalg::YieldOp::create(nb, l, r);
+      });
+  if (!bodyError.empty()) {
+    error = bodyError;
+    return failure();
+  }
+  Value r = grad.getResult(0);
+  if (gradShape.size() != (size_t)inType.getRank())
+    r = buildReshape(b, loc, r, inType.getShape());
+  return r;
+}
+
+} // namespace
+
+FailureOr<SmallVector<Value>>
+buildVJP(OpBuilder &b, Location loc,
+         ArrayRef<std::pair<Value, Value>> seeds, ArrayRef<Value> wrt,
+         std::string &error) {
+  Block *block = b.getInsertionBlock();
+  // Forward ops: everything in the block before the insertion point.
+  SmallVector<Operation *> forward;
+  for (Operation &op : *block) {
+    if (&op == &*b.getInsertionPoint())
+      break;
+    forward.push_back(&op);
+  }
+  // Values that depend on `wrt` (only they need cotangents).
+  llvm::DenseSet<Value> active(wrt.begin(), wrt.end());
+  for (Operation *op : forward) {
+    bool any = llvm::any_of(op->getOperands(),
+                            [&](Value v) { return active.contains(v); });
+    if (any)
+      for (Value r : op->getResults())
+        if (isFloatTensor(r))
+          active.insert(r);
+  }
+  DenseMap<Value, Value> grads;
+  auto addGrad = [&](Value v, Value g) {
+    auto it = grads.find(v);
+    if (it == grads.end())
+      grads[v] = g;
+    else
+      it->second = addTensors(b, loc, it->second, g);
+  };
+  for (auto [v, g] : seeds)
+    addGrad(v, g);
+
+  for (Operation *op : llvm::reverse(forward)) {
+    if (op->getNumResults() == 0)
+      continue;
+    Value res = op->getResult(0);
+    auto it = grads.find(res);
+    if (it == grads.end() || !active.contains(res))
+      continue;
+    Value g = it->second;
+    if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
+      if (generic.getNumDpsInits() != 1) {
+        error = "no VJP rule for a multi-result linalg.generic";
+        return failure();
+      }
+      for (unsigned k = 0; k < generic.getNumDpsInputs(); ++k) {
+        Value in = generic.getDpsInputOperand(k)->get();
+        if (!active.contains(in))
+          continue;
+        auto gk = genericVJP(b, loc, generic, k, g, error);
+        if (failed(gk))
+          return failure();
+        addGrad(in, *gk);
+      }
+      // The init operand (fill/empty) carries no cotangent we need: inits
+      // of reductions are constants.
+      continue;
+    }
+    if (auto pad = dyn_cast<tensor::PadOp>(op)) {
+      auto srcType = pad.getSourceType();
+      SmallVector<OpFoldResult> offsets, sizes, strides;
+      for (int64_t d = 0; d < srcType.getRank(); ++d) {
+        offsets.push_back(b.getIndexAttr(pad.getStaticLow()[d]));
+        sizes.push_back(b.getIndexAttr(srcType.getDimSize(d)));
+        strides.push_back(b.getIndexAttr(1));
+      }
+      addGrad(pad.getSource(),
+              tensor::ExtractSliceOp::create(b, loc, srcType, g, offsets,
+                                             sizes, strides));
+      continue;
+    }
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      auto srcType = slice.getSourceType();
+      Value z = zerosLike(b, loc, srcType.getShape(),
+                          srcType.getElementType());
+      addGrad(slice.getSource(),
+              tensor::InsertSliceOp::create(
+                  b, loc, g, z, slice.getMixedOffsets(),
+                  slice.getMixedSizes(), slice.getMixedStrides()));
+      continue;
+    }
+    if (auto ins = dyn_cast<tensor::InsertSliceOp>(op)) {
+      auto srcType = ins.getSourceType();
+      if (active.contains(ins.getSource()))
+        addGrad(ins.getSource(),
+                tensor::ExtractSliceOp::create(b, loc, srcType, g,
+                                               ins.getMixedOffsets(),
+                                               ins.getMixedSizes(),
+                                               ins.getMixedStrides()));
+      if (active.contains(ins.getDest())) {
+        Value z = zerosLike(b, loc, srcType.getShape(),
+                            srcType.getElementType());
+        addGrad(ins.getDest(),
+                tensor::InsertSliceOp::create(b, loc, z, g,
+                                              ins.getMixedOffsets(),
+                                              ins.getMixedSizes(),
+                                              ins.getMixedStrides()));
+      }
+      continue;
+    }
+    if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op)) {
+      Value src = op->getOperand(0);
+      addGrad(src, buildReshape(
+                       b, loc, g,
+                       cast<RankedTensorType>(src.getType()).getShape()));
+      continue;
+    }
+    if (isa<linalg::FillOp, tensor::EmptyOp, arith::ConstantOp>(op))
+      continue;
+    error = "no VJP rule for op '" + op->getName().getStringRef().str() +
+            "' (on the path from the parameters to the loss)";
+    return failure();
+  }
+
+  SmallVector<Value> out;
+  for (Value w : wrt) {
+    auto it = grads.find(w);
+    if (it != grads.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    auto t = cast<RankedTensorType>(w.getType());
+    out.push_back(zerosLike(b, loc, t.getShape(), t.getElementType()));
+  }
+  return out;
+}
+
+} // namespace ddpc

@@ -1,0 +1,329 @@
+"""``ddpc.compile``: options, training configuration and compile errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from . import _dtypes
+from ._native import native, runtime_lib_dir
+
+ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
+
+
+class CompileError(Exception):
+    """ddpc could not compile the model.
+
+    Attributes:
+        message: the one-line message the ``ddpc`` CLI prints after
+            ``error:``; it names the op type, node, domain and opset when an
+            op is at fault.
+        unsupported: True when the model uses an op, attribute or dtype that
+            ddpc does not support (CLI exit code 2), False for an invalid
+            model, a bad option or a tool failure (exit code 1).
+    """
+
+    def __init__(self, message: str, unsupported: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.unsupported = unsupported
+
+
+_LOSSES = ("cross-entropy", "mse", "output")
+_OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """How ``ddpc.compile(..., train=TrainConfig(...))`` builds a training
+    program (``ddpc compile --train``). Mirrors ``ddpc::TrainOptions``;
+    optimizers follow ``torch.optim.SGD`` and ``torch.optim.AdamW``.
+
+    Attributes:
+        loss: ``"cross-entropy"`` (logits ``[B, C]`` float32, labels ``[B]``
+            int64), ``"mse"`` (float32 labels shaped like the output) or
+            ``"output"`` (the model's first output is already the loss).
+        optimizer: ``"sgd"`` or ``"adamw"``.
+        lr: learning rate.
+        momentum, dampening, nesterov: SGD momentum settings.
+        weight_decay: L2 penalty (SGD) or decoupled weight decay (AdamW).
+        betas, eps: AdamW coefficients.
+        batch_size: per-rank micro-batch size B; binds the leading dimension
+            of every input (same as ``compile(batch_size=...)``).
+        grad_accum_steps: micro-batches accumulated per optimizer step.
+        freeze: names of initializers that are not trained.
+        sync_batchnorm: BatchNormalization statistics over the global batch.
+        label_input: graph input holding the labels; None adds an input
+            ``labels``.
+
+    Raises:
+        ValueError: on construction, for an unknown loss or optimizer or an
+            out-of-range number.
+    """
+
+    loss: str = "cross-entropy"
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    batch_size: int | None = None
+    grad_accum_steps: int = 1
+    freeze: Sequence[str] = ()
+    sync_batchnorm: bool = False
+    label_input: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss not in _LOSSES:
+            raise ValueError(
+                f"TrainConfig.loss must be one of {_LOSSES}, got {self.loss!r}"
+            )
+        if self.optimizer not in _OPTIMIZERS:
+            raise ValueError(
+                f"TrainConfig.optimizer must be one of {_OPTIMIZERS}, got {self.optimizer!r}"
+            )
+        if not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
+            raise ValueError(
+                "TrainConfig: momentum and weight_decay must be >= 0, eps > 0"
+            )
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("TrainConfig.nesterov needs momentum > 0 and dampening 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(
+                f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}"
+            )
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ValueError(
+                f"TrainConfig.batch_size must be > 0, got {self.batch_size}"
+            )
+        if self.grad_accum_steps < 1:
+            raise ValueError(
+                f"TrainConfig.grad_accum_steps must be >= 1, got {self.grad_accum_steps}"
+            )
+        if isinstance(self.freeze, str):
+            raise ValueError(
+                "TrainConfig.freeze is a list of initializer names, not a string"
+            )
+        self.freeze = tuple(self.freeze)
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    def _to_native(self) -> Any:
+        opts = native().TrainOptions()
+        opts.enabled = True
+        opts.loss = self.loss
+        opts.label_input = self.label_input or ""
+        opts.optimizer = self.optimizer
+        opts.lr = float(self.lr)
+        opts.momentum = float(self.momentum)
+        opts.dampening = float(self.dampening)
+        opts.nesterov = bool(self.nesterov)
+        opts.weight_decay = float(self.weight_decay)
+        opts.beta1, opts.beta2 = self.betas
+        opts.eps = float(self.eps)
+        opts.grad_accum_steps = int(self.grad_accum_steps)
+        opts.freeze = list(self.freeze)
+        opts.sync_batchnorm = bool(self.sync_batchnorm)
+        return opts
+
+
+# Keyword options of compile() beyond the named ones, with their defaults.
+_EXTRA_OPTIONS: dict[str, Any] = {
+    "cpu": "native",  # LLVM CPU name: native, generic, skylake, ...
+    "opt_level": 3,  # LLVM optimization level 0-3
+    "fuse_elementwise": True,  # elementwise fusion (CLI: --no-fusion)
+    "onnx_checker": True,  # the ONNX library's checker (IR <= 8, opset <= 17)
+    "runtime_lib_dir": None,  # folder with libddpc_runtime.a
+    "model_dir": None,  # folder external data is resolved against
+    "dump_ir": None,  # folder for NN_<pass>.mlir dumps (CLI: --dump-ir)
+    "verbose": False,  # progress lines on stderr
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """Everything needed to (re)compile the same model with other outputs."""
+
+    model_bytes: bytes
+    input_path: str
+    model_dir: str
+    target: str
+    dims: dict[str, int]
+    batch_size: int | None
+    bound_inputs: dict[str, tuple[int, list[int], bytes]]
+    train: TrainConfig | None
+    options: dict[str, Any]
+
+    def run(
+        self, output_path: str, emit: str, capture_stages: bool = False
+    ) -> tuple[list[tuple[str, str]], str]:
+        """Compiles to ``output_path``; returns (stages, report JSON).
+
+        Raises:
+            CompileError: when ddpc::compile fails.
+        """
+        mod = native()
+        o = self.options
+        status, error, stages, report = mod.compile(
+            output_path,
+            getattr(mod.EmitKind, emit),
+            input_path=self.input_path,
+            model_bytes=self.model_bytes,
+            model_dir=self.model_dir,
+            target=self.target,
+            dims=self.dims,
+            batch_size=self.batch_size,
+            bound_inputs=self.bound_inputs,
+            train=self.train._to_native() if self.train else None,
+            runtime_lib_dir=runtime_lib_dir(o["runtime_lib_dir"]),
+            capture_stages=capture_stages,
+            cpu=o["cpu"],
+            opt_level=int(o["opt_level"]),
+            fuse_elementwise=bool(o["fuse_elementwise"]),
+            run_checker=bool(o["onnx_checker"]),
+            dump_ir_dir=os.fspath(o["dump_ir"]) if o["dump_ir"] else "",
+            verbose=bool(o["verbose"]),
+        )
+        if status != mod.COMPILE_OK:
+            raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)
+        return stages, report
+
+
+def _model_bytes(model: ModelLike) -> tuple[bytes, str, str]:
+    """(serialized model, path or "", folder for external data or "")."""
+    if isinstance(model, (str, os.PathLike)):
+        path = pathlib.Path(model)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise CompileError(f"cannot read '{path}': {e.strerror}") from None
+        return data, str(path), os.path.dirname(os.path.abspath(path))
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    elif hasattr(model, "SerializeToString"):  # onnx.ModelProto
+        data = model.SerializeToString()
+    else:
+        raise TypeError(
+            "model must be a path, bytes or an onnx.ModelProto, got "
+            f"{type(model).__name__}"
+        )
+    if not data:
+        raise CompileError("invalid model: empty model bytes")
+    return data, "", ""
+
+
+def _bound_inputs(
+    bind_inputs: Mapping[str, Any] | None,
+) -> dict[str, tuple[int, list[int], bytes]]:
+    out: dict[str, tuple[int, list[int], bytes]] = {}
+    for name, value in (bind_inputs or {}).items():
+        arr = np.asarray(value)
+        try:
+            dtype = _dtypes.onnx_dtype(arr.dtype)
+        except ValueError as e:
+            raise ValueError(f"bind_inputs['{name}']: {e}") from None
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+        out[str(name)] = (dtype, [int(d) for d in arr.shape], arr.tobytes())
+    return out
+
+
+def compile(  # noqa: A001 - the package's main entry point shadows a builtin
+    model: ModelLike,
+    *,
+    target: str = "cpu",
+    train: TrainConfig | None = None,
+    dims: Mapping[str, int] | None = None,
+    batch_size: int | None = None,
+    bind_inputs: Mapping[str, np.ndarray] | None = None,
+    **options: Any,
+) -> "Program":
+    """Compiles an ONNX model with ddpc.
+
+    The model is imported and taken through the graph and lowering pipelines
+    right away, so errors surface here and :attr:`Program.stages` and
+    :meth:`Program.report` are ready; native code is generated lazily by
+    :meth:`Program.run` (a shared library) and :meth:`Program.save` /
+    :meth:`Program.train` (an executable).
+
+    Args:
+        model: path of an ``.onnx`` file (external data is resolved against
+            its folder), the serialized bytes, or an ``onnx.ModelProto``.
+        target: code generation target; only ``"cpu"`` today.
+        train: a :class:`TrainConfig` to build a training program, or None
+            for inference.
+        dims: values of symbolic dimensions by ``dim_param`` name
+            (CLI ``--dim NAME=V``).
+        batch_size: value of the leading dimension of every input left
+            symbolic (CLI ``--batch-size``); may also come from
+            ``train.batch_size``.
+        bind_inputs: graph inputs fixed at compile time (shapes, axes), as
+            numpy arrays whose dtype is the input's type.
+        **options: ``cpu`` (``"native"``), ``opt_level`` (3),
+            ``fuse_elementwise`` (True), ``onnx_checker`` (True),
+            ``runtime_lib_dir``, ``model_dir`` (external data folder for
+            bytes/ModelProto input), ``dump_ir`` (folder), ``verbose``.
+
+    Returns:
+        A :class:`Program`.
+
+    Raises:
+        CompileError: the model is invalid or unsupported, or an option is
+            wrong (``.message`` is the CLI's one-line message,
+            ``.unsupported`` tells which).
+        TypeError: for an unknown keyword option or model type.
+        ValueError: for inconsistent options.
+    """
+    from ._program import Program
+
+    unknown = sorted(set(options) - set(_EXTRA_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"compile() got unknown option(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(_EXTRA_OPTIONS))}"
+        )
+    opts = {**_EXTRA_OPTIONS, **options}
+    if train is not None and not isinstance(train, TrainConfig):
+        if isinstance(train, Mapping):
+            train = TrainConfig(**train)
+        else:
+            raise TypeError(
+                f"train must be a TrainConfig or None, got {type(train).__name__}"
+            )
+    if train is not None and train.batch_size is not None:
+        if batch_size is not None and batch_size != train.batch_size:
+            raise ValueError(
+                f"batch_size={batch_size} contradicts train.batch_size={train.batch_size}"
+            )
+        batch_size = train.batch_size
+    if batch_size is not None and int(batch_size) <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    dims_out: dict[str, int] = {}
+    for name, value in (dims or {}).items():
+        if int(value) <= 0:
+            raise ValueError(f"dims['{name}'] must be positive, got {value}")
+        dims_out[str(name)] = int(value)
+
+    data, path, folder = _model_bytes(model)
+    if opts["model_dir"]:
+        folder = os.fspath(opts["model_dir"])
+    request = _Request(
+        model_bytes=data,
+        input_path=path,
+        model_dir=folder,
+        target=target,
+        dims=dims_out,
+        batch_size=None if batch_size is None else int(batch_size),
+        bound_inputs=_bound_inputs(bind_inputs),
+        train=train,
+        options=opts,
+    )
+    return Program._compile(request)
