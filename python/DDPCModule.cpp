@@ -49,7 +49,7 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
              std::optional<ddpc::TrainOptions> train,
              const std::string &runtimeLibDir, bool captureStages,
              const std::string &cpu, unsigned optLevel, bool fuseElementwise,
-             bool runChecker, const std::string &dumpIRDir, bool verbose) {
+             bool runChecker, const std::string &dumpIRDir, bool verbose, bool vjp) {
   ddpc::CompileOptions options;
   options.inputPath = inputPath;
   options.outputPath = outputPath;
@@ -78,6 +78,7 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
   options.pipeline.fuseElementwise = fuseElementwise;
   options.dumpIRDir = dumpIRDir;
   options.verbose = verbose;
+  options.vjp = vjp;
 
   // Copy the model out of the Python object before releasing the GIL.
   std::string bytes;
@@ -142,7 +143,7 @@ NB_MODULE(_ddpc, m) {
         "train"_a = nb::none(), "runtime_lib_dir"_a = "",
         "capture_stages"_a = false, "cpu"_a = "native", "opt_level"_a = 3,
         "fuse_elementwise"_a = true, "run_checker"_a = true,
-        "dump_ir_dir"_a = "", "verbose"_a = false,
+        "dump_ir_dir"_a = "", "verbose"_a = false, "vjp"_a = false,
         "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
         "else from `input_path`. Returns (status, error, stages, report_json) "
         "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "

@@ -227,7 +227,7 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
       iters[cast<AffineDimExpr>(e).getPosition()] =
           utils::IteratorType::parallel;
 
-  SmallVector<Value> ins(op.getDpsInputs().begin(), op.getDpsInputs().end());
+  SmallVector<Value> ins = llvm::to_vector(op.getDpsInputs());
   SmallVector<AffineMap> maps;
   for (OpOperand *o : op.getDpsInputOperands())
     maps.push_back(op.getMatchingIndexingMap(o));
@@ -241,7 +241,13 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
   maps.push_back(outMap);
   maps.push_back(gradMap);
   Type elem = inType.getElementType();
-  Value init = zerosLike(b, loc, gradShape, elem);
+  // Without reduction loops every output element is written exactly once:
+  // no accumulator (an init that is read would make elementwise fusion
+  // re-accumulate it across the loops of a consumer).
+  bool accumulate = llvm::is_contained(iters, utils::IteratorType::reduction);
+  Value init = accumulate ? zerosLike(b, loc, gradShape, elem)
+                          : tensor::EmptyOp::create(b, loc, gradShape, elem)
+                                .getResult();
   std::string bodyError;
   auto grad = linalg::GenericOp::create(
       b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters,
@@ -264,8 +270,11 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
             break;
         Value a = ad.get(args[k]);
         Value accIn = args.back();
-        Value r = a ? arith::AddFOp::create(nb, l, accIn, a).getResult()
-                    : accIn;
+        Value r;
+        if (accumulate)
+          r = a ? arith::AddFOp::create(nb, l, accIn, a).getResult() : accIn;
+        else
+          r = a ? a : scalarConst(nb, l, elem, 0.0);
         linalg::YieldOp::create(nb, l, r);
       });
   if (!bodyError.empty()) {

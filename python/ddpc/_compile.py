@@ -146,6 +146,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "model_dir": None,  # folder external data is resolved against
     "dump_ir": None,  # folder for NN_<pass>.mlir dumps (CLI: --dump-ir)
     "verbose": False,  # progress lines on stderr
+    "vjp": False,  # compile the vector-Jacobian product (CLI: --vjp)
 }
 
 
@@ -192,6 +193,7 @@ class _Request:
             run_checker=bool(o["onnx_checker"]),
             dump_ir_dir=os.fspath(o["dump_ir"]) if o["dump_ir"] else "",
             verbose=bool(o["verbose"]),
+            vjp=bool(o["vjp"]),
         )
         if status != mod.COMPILE_OK:
             raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)

@@ -1,0 +1,227 @@
+"""Gradients (VJP rules) of every supported differentiable op match central
+finite differences, in float64, on small random inputs; and a whole CNN's
+gradient matches too.
+
+Each model is compiled with `vjp=True` (CLI `--vjp`): the program takes the
+inputs plus a cotangent `d_<output>` per float output and returns the outputs
+plus `d_<input>` = J^T · cotangent for every float input. The oracle is the
+central difference (f(x + h e_i) - f(x - h e_i)) / 2h of <f(x), cotangent>,
+with f evaluated by the same program's forward outputs (whose correctness
+the ONNX backend tests establish independently).
+"""
+import pathlib
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "build" / "python"))
+ddpc = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
+
+D = TensorProto.DOUBLE
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, D, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, D, s) for n, s in outputs],
+        list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=()):
+    prog = ddpc.compile(m, vjp=True, onnx_checker=False)
+    feeds = {}
+    for name, shape in inputs:
+        x = rng.standard_normal(shape)
+        if name in positive:
+            x = np.abs(x) + 0.5
+        feeds[name] = x
+    outs = [o.name for o in m.graph.output]
+    specs = {s.name: s for s in prog.inputs}
+    cts = {f"d_{o}": rng.standard_normal(tuple(specs[f"d_{o}"].shape)) for o in outs}
+
+    def objective(f):
+        r = prog.run({**f, **cts})
+        return sum(float(np.sum(r[o] * cts[f"d_{o}"])) for o in outs)
+
+    res = prog.run({**feeds, **cts})
+    for name, _ in inputs:
+        analytic = res[f"d_{name}"]
+        numeric = np.zeros_like(feeds[name])
+        flat = feeds[name].reshape(-1)
+        for i in range(flat.size):
+            orig = flat[i]
+            flat[i] = orig + h
+            fp = objective(feeds)
+            flat[i] = orig - h
+            fm = objective(feeds)
+            flat[i] = orig
+            numeric.reshape(-1)[i] = (fp - fm) / (2 * h)
+        np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol,
+                                   err_msg=f"gradient of input '{name}'")
+
+
+X34 = [("x", [3, 4])]
+UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "Softmax", "LogSoftmax",
+         "Identity"]
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary(op):
+    m = model([helper.make_node(op, ["x"], ["y"])], X34, [("y", [3, 4])])
+    check_gradients(m, X34, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("op", ["Sqrt", "Log", "Reciprocal"])
+def test_unary_positive(op):
+    m = model([helper.make_node(op, ["x"], ["y"])], X34, [("y", [3, 4])])
+    check_gradients(m, X34, np.random.default_rng(1), positive=("x",))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_binary_broadcast(op):
+    ins = [("a", [2, 3, 4]), ("b", [3, 1])]
+    m = model([helper.make_node(op, ["a", "b"], ["y"])], ins, [("y", [2, 3, 4])])
+    check_gradients(m, ins, np.random.default_rng(2), positive=("b",) if op == "Div" else ())
+
+
+def test_pow():
+    ins = [("a", [3, 4]), ("b", [4])]
+    m = model([helper.make_node("Pow", ["a", "b"], ["y"])], ins, [("y", [3, 4])])
+    check_gradients(m, ins, np.random.default_rng(3), positive=("a",))
+
+
+def test_leaky_relu_gelu_clip():
+    nodes = [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1),
+             helper.make_node("Gelu", ["a"], ["b"]),
+             helper.make_node("Clip", ["b", "lo", "hi"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(-0.3), "lo"),
+             numpy_helper.from_array(np.array(0.9), "hi")]
+    m = model(nodes, X34, [("y", [3, 4])], inits, opset=20)
+    check_gradients(m, X34, np.random.default_rng(4))
+
+
+def test_matmul_gemm():
+    ins = [("a", [2, 3, 4]), ("b", [4, 5]), ("c", [5, 2]), ("bias", [2])]
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Reshape", ["m", "shape"], ["m2"]),
+             helper.make_node("Gemm", ["m2", "c", "bias"], ["y"], alpha=0.5, beta=2.0)]
+    inits = [numpy_helper.from_array(np.array([6, 5], np.int64), "shape")]
+    m = model(nodes, ins, [("y", [6, 2])], inits)
+    check_gradients(m, ins, np.random.default_rng(5))
+
+
+def test_gemm_transposed():
+    ins = [("a", [4, 3]), ("b", [5, 4]), ("c", [5])]
+    m = model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1)],
+              ins, [("y", [3, 5])])
+    check_gradients(m, ins, np.random.default_rng(6))
+
+
+@pytest.mark.parametrize("attrs", [dict(), dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(group=2, dilations=[2, 1])])
+def test_conv(attrs):
+    group = attrs.get("group", 1)
+    ins = [("x", [2, 4, 6, 5]), ("w", [4, 4 // group, 3, 2]), ("b", [4])]
+    m = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], ins,
+              [("y", None)])
+    check_gradients(m, ins, np.random.default_rng(7))
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 0])),
+    ("GlobalAveragePool", dict()),
+])
+def test_pooling(op, attrs):
+    ins = [("x", [2, 3, 5, 6])]
+    m = model([helper.make_node(op, ["x"], ["y"], **attrs)], ins, [("y", None)])
+    check_gradients(m, ins, np.random.default_rng(8))
+
+
+def test_batchnorm_training_and_layernorm():
+    ins = [("x", [4, 3, 2, 2]), ("s", [3]), ("b", [3])]
+    inits = [numpy_helper.from_array(np.zeros(3), "mean"),
+             numpy_helper.from_array(np.ones(3), "var")]
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"],
+                              ["y", "rm", "rv"], training_mode=1),
+             helper.make_node("LayerNormalization", ["y", "s2", "b2"], ["z"], axis=-2)]
+    inits += [numpy_helper.from_array(np.linspace(0.5, 1.5, 4).reshape(2, 2), "s2"),
+              numpy_helper.from_array(np.linspace(-1, 1, 4).reshape(2, 2), "b2")]
+    m = model(nodes, ins, [("z", [4, 3, 2, 2])], inits)
+    check_gradients(m, ins, np.random.default_rng(9))
+
+
+def test_shape_ops():
+    ins = [("x", [2, 3, 4]), ("y", [2, 1, 4])]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]),
+             helper.make_node("Flatten", ["t"], ["f"], axis=1),
+             helper.make_node("Unsqueeze", ["f", "ax"], ["u"]),
+             helper.make_node("Squeeze", ["u", "ax"], ["s"]),
+             helper.make_node("Reshape", ["s", "shp"], ["r"]),
+             helper.make_node("Concat", ["r", "y"], ["c"], axis=1),
+             helper.make_node("Slice", ["c", "st", "en", "axs", "steps"], ["sl"]),
+             helper.make_node("Expand", ["sl", "eshape"], ["e"]),
+             helper.make_node("Dropout", ["e"], ["o"])]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "ax"),
+             numpy_helper.from_array(np.array([2, 3, 4], np.int64), "shp"),
+             numpy_helper.from_array(np.array([3, 0], np.int64), "st"),
+             numpy_helper.from_array(np.array([0, 4], np.int64), "en"),
+             numpy_helper.from_array(np.array([1, 2], np.int64), "axs"),
+             numpy_helper.from_array(np.array([-1, 2], np.int64), "steps"),
+             numpy_helper.from_array(np.array([3, 1, 1, 1], np.int64), "eshape")]
+    m = model(nodes, ins, [("o", None)], inits)
+    check_gradients(m, ins, np.random.default_rng(10))
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax"])
+def test_reductions(op):
+    ins = [("x", [3, 4, 2])]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    m = model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], ins, [("y", [3, 2])],
+              inits, opset=18)
+    check_gradients(m, ins, np.random.default_rng(11))
+
+
+def test_where():
+    ins = [("a", [3, 4]), ("b", [3, 4])]
+    nodes = [helper.make_node("Greater", ["a", "b"], ["c"]),
+             helper.make_node("Where", ["c", "a", "b"], ["y"])]
+    m = model(nodes, ins, [("y", [3, 4])])
+    check_gradients(m, ins, np.random.default_rng(12))
+
+
+def to_float64(m):
+    """The same model in float64: initializers and float tensor types."""
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    for t in m.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = D
+    return m
+
+
+def test_whole_cnn_gradient():
+    """Gradient of a whole residual CNN (Conv, BatchNorm, Relu, Add,
+    GlobalAveragePool, Gemm) w.r.t. its input matches finite differences."""
+    m = to_float64(onnx.load(str(ROOT / "examples" / "models" / "resnet_mini.onnx")))
+    for vi in m.graph.input:
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
+    for vi in m.graph.output:
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
+    # A small spatial size keeps the number of finite differences low.
+    for vi in m.graph.input:
+        for d, v in zip(vi.type.tensor_type.shape.dim[1:], (3, 6, 6)):
+            d.dim_value = v
+    check_gradients(m, [("input", [1, 3, 6, 6])], np.random.default_rng(13),
+                    rtol=1e-4, atol=1e-6)
