@@ -82,3 +82,683 @@ LogicalResult makeVJPFunction(func::FuncOp func, std::string &error) {
 }
 
 } // namespace ddpc
+
+//===----------------------------------------------------------------------===//
+// Training functions
+//===----------------------------------------------------------------------===//
+
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace ddpc {
+namespace {
+
+using BodyFn = std::function<Value(OpBuilder &, Location, ValueRange)>;
+
+Value ew(OpBuilder &b, Location loc, ValueRange ins, ArrayRef<int64_t> shape,
+         Type elem, const BodyFn &fn) {
+  return buildElementwise(b, loc, ins, shape, elem,
+                          [&](OpBuilder &nb, Location l, ValueRange a) {
+                            return fn(nb, l, a);
+                          });
+}
+
+RankedTensorType ttype(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+StringRef role(func::FuncOp f, unsigned arg) {
+  auto r = f.getArgAttrOfType<StringAttr>(arg, "ddpc.role");
+  return r ? r.getValue() : StringRef();
+}
+StringRef resultRole(func::FuncOp f, unsigned res) {
+  auto r = f.getResultAttrOfType<StringAttr>(res, "ddpc.role");
+  return r ? r.getValue() : StringRef();
+}
+StringRef argName(func::FuncOp f, unsigned arg) {
+  return f.getArgAttrOfType<StringAttr>(arg, "ddpc.name").getValue();
+}
+
+/// Clones `fn`'s body into the current block with its arguments mapped to
+/// `args`; returns the values it returns.
+SmallVector<Value> inlineBody(OpBuilder &b, func::FuncOp fn, ValueRange args) {
+  IRMapping mapping;
+  Block &body = fn.getBody().front();
+  for (auto [from, to] : llvm::zip(body.getArguments(), args))
+    mapping.map(from, to);
+  for (Operation &op : body.without_terminator())
+    b.clone(op, mapping);
+  SmallVector<Value> results;
+  for (Value v : body.getTerminator()->getOperands())
+    results.push_back(mapping.lookupOrDefault(v));
+  return results;
+}
+
+/// Per-sample softmax cross-entropy pieces for logits [B, C], labels [B].
+struct CrossEntropy {
+  Value sampleLoss;  // f32 [B]
+  Value correct;     // i64 [B] (1 when argmax == label)
+  Value gradLogits;  // f32 [B, C]: (softmax - onehot) / B
+};
+
+CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
+                          Value labels) {
+  auto lt = ttype(logits);
+  int64_t B = lt.getDimSize(0), C = lt.getDimSize(1);
+  Type f = lt.getElementType();
+  Type i64 = b.getI64Type();
+  Value m = buildReduction(b, loc, logits, {1}, true, lowestAttr(f, false),
+                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                             return arith::MaximumFOp::create(nb, l, a[0], a[1]);
+                           });
+  Value e = ew(b, loc, ValueRange{logits, m}, {B, C}, f,
+               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                 return math::ExpOp::create(
+                     nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
+               });
+  Value s = buildReduction(b, loc, e, {1}, true, scalarAttr(f, 0.0),
+                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                             return arith::AddFOp::create(nb, l, a[0], a[1]);
+                           });
+  // Label as an index, clamped to [0, C) so bad labels cannot read out of
+  // bounds (the runtime validates labels before training).
+  auto clampLabel = [C](OpBuilder &nb, Location l, Value lab) -> Value {
+    Value zero = arith::ConstantIntOp::create(nb, l, lab.getType(), 0);
+    Value hi = arith::ConstantIntOp::create(nb, l, lab.getType(), C - 1);
+    lab = arith::MaxSIOp::create(nb, l, lab, zero);
+    return arith::MinSIOp::create(nb, l, lab, hi);
+  };
+  Value m1 = buildReshape(b, loc, m, {B});
+  Value s1 = buildReshape(b, loc, s, {B});
+  MLIRContext *ctx = b.getContext();
+  auto d0 = getAffineDimExpr(0, ctx);
+  AffineMap id1 = AffineMap::get(1, 0, {d0}, ctx);
+  // sample_loss[b] = log(s[b]) + m[b] - logits[b, label[b]]
+  Value sampleLoss = buildGeneric(
+      b, loc, ValueRange{m1, s1, labels}, {id1, id1, id1}, {B}, f, 0,
+      std::nullopt, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value lab = clampLabel(nb, l, a[2]);
+        Value idx = arith::IndexCastOp::create(nb, l, nb.getIndexType(), lab);
+        Value row = linalg::IndexOp::create(nb, l, 0);
+        Value picked = tensor::ExtractOp::create(nb, l, logits, {row, idx});
+        Value lse = arith::AddFOp::create(nb, l, math::LogOp::create(nb, l, a[1]),
+                                          a[0]);
+        return arith::SubFOp::create(nb, l, lse, picked);
+      });
+  // argmax (first maximal index) == label
+  Value argmaxInit = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(RankedTensorType::get({B}, i64),
+                                     b.getI64IntegerAttr(C)));
+  (void)argmaxInit;
+  AffineMap id2 = AffineMap::getMultiDimIdentityMap(2, ctx);
+  AffineMap row2 = AffineMap::get(2, 0, {d0}, ctx);
+  Value argmax = buildGeneric(
+      b, loc, ValueRange{logits, m1}, {id2, row2}, {B}, i64, 1,
+      TypedAttr(b.getI64IntegerAttr(C)),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value c = arith::IndexCastOp::create(nb, l, nb.getI64Type(),
+                                             linalg::IndexOp::create(nb, l, 1));
+        Value isMax = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                            a[0], a[1]);
+        Value better = arith::MinSIOp::create(nb, l, a[2], c);
+        return arith::SelectOp::create(nb, l, isMax, better, a[2]);
+      });
+  Value correct = buildGeneric(
+      b, loc, ValueRange{argmax, labels}, {id1, id1}, {B}, i64, 0, std::nullopt,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value eq = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, a[0],
+                                         a[1]);
+        return arith::ExtUIOp::create(nb, l, nb.getI64Type(), eq);
+      });
+  // d logits = (e / s - onehot(label)) / B
+  Value grad = buildGeneric(
+      b, loc, ValueRange{e, s1, labels}, {id2, row2, row2}, {B, C}, f, 0,
+      std::nullopt, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value p = arith::DivFOp::create(nb, l, a[0], a[1]);
+        Value c = arith::IndexCastOp::create(nb, l, nb.getI64Type(),
+                                             linalg::IndexOp::create(nb, l, 1));
+        Value hit = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, c,
+                                          clampLabel(nb, l, a[2]));
+        Value one = scalarConst(nb, l, f, 1.0), zero = scalarConst(nb, l, f, 0.0);
+        Value d = arith::SubFOp::create(
+            nb, l, p, arith::SelectOp::create(nb, l, hit, one, zero));
+        return arith::DivFOp::create(nb, l, d, scalarConst(nb, l, f, B));
+      });
+  return {sampleLoss, correct, grad};
+}
+
+Value sumAll(OpBuilder &b, Location loc, Value x) {
+  auto t = ttype(x);
+  SmallVector<int64_t> axes;
+  for (int64_t i = 0; i < t.getRank(); ++i)
+    axes.push_back(i);
+  Type elem = t.getElementType();
+  bool isF = isa<FloatType>(elem);
+  return buildReduction(b, loc, x, axes, false, scalarAttr(elem, 0.0),
+                        [isF](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                          if (isF)
+                            return arith::AddFOp::create(nb, l, a[0], a[1]);
+                          return arith::AddIOp::create(nb, l, a[0], a[1]);
+                        });
+}
+
+Value scaleTensor(OpBuilder &b, Location loc, Value x, double s) {
+  auto t = ttype(x);
+  Type f = t.getElementType();
+  return ew(b, loc, x, t.getShape(), f,
+            [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+              return arith::MulFOp::create(nb, l, a[0], scalarConst(nb, l, f, s));
+            });
+}
+
+void setNames(func::FuncOp f, ArrayRef<std::string> argNames,
+              ArrayRef<std::string> resNames) {
+  OpBuilder b(f.getContext());
+  for (auto [i, n] : llvm::enumerate(argNames))
+    f.setArgAttr(i, "ddpc.name", b.getStringAttr(n));
+  for (auto [i, n] : llvm::enumerate(resNames))
+    f.setResultAttr(i, "ddpc.name", b.getStringAttr(n));
+}
+
+} // namespace
+
+LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
+                                     func::FuncOp fwdEval,
+                                     const TrainOptions &opts,
+                                     TrainingProgramInfo &info,
+                                     std::string &error) {
+  MLIRContext *ctx = module.getContext();
+  Location loc = fwdTrain.getLoc();
+  OpBuilder b(ctx);
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+
+  // Classify the forward function's arguments.
+  SmallVector<unsigned> paramIdx, bufferIdx, inputIdx;
+  for (unsigned i = 0; i < fwdTrain.getNumArguments(); ++i) {
+    StringRef r = role(fwdTrain, i);
+    if (r == "param")
+      paramIdx.push_back(i);
+    else if (r == "buffer")
+      bufferIdx.push_back(i);
+    else
+      inputIdx.push_back(i);
+  }
+  FunctionType fty = fwdTrain.getFunctionType();
+  for (unsigned i : llvm::concat<unsigned>(paramIdx, bufferIdx))
+    if (!cast<RankedTensorType>(fty.getInput(i)).getElementType().isF32()) {
+      error = "parameter '" + argName(fwdTrain, i).str() +
+              "' is not float32; training supports float32 parameters";
+      return failure();
+    }
+  if (paramIdx.empty()) {
+    error = "the model has no trainable float initializer (all frozen?)";
+    return failure();
+  }
+  // The data input and, when --label-input names a graph input, the labels.
+  int dataArg = -1, labelArg = -1;
+  for (unsigned i : inputIdx) {
+    if (!opts.labelInput.empty() && argName(fwdTrain, i) == opts.labelInput)
+      labelArg = i;
+    else if (dataArg < 0)
+      dataArg = i;
+    else {
+      error = "the model has more than one data input ('" +
+              argName(fwdTrain, dataArg).str() + "', '" +
+              argName(fwdTrain, i).str() +
+              "'); training programs take one data input (use --label-input "
+              "for a labels input)";
+      return failure();
+    }
+  }
+  if (dataArg < 0) {
+    error = "the model has no data input";
+    return failure();
+  }
+  if (!opts.labelInput.empty() && labelArg < 0 && opts.loss == "output") {
+    error = "--label-input " + opts.labelInput + ": no graph input of that name";
+    return failure();
+  }
+  auto dataType = cast<RankedTensorType>(fty.getInput(dataArg));
+  if (!dataType.getElementType().isF32()) {
+    error = "the data input must be float32";
+    return failure();
+  }
+  int64_t B = dataType.getDimSize(0);
+  unsigned outIdx = 0;
+  auto outType = cast<RankedTensorType>(fty.getResult(outIdx));
+
+  // Labels.
+  RankedTensorType labelType;
+  if (opts.loss == "cross-entropy") {
+    if (outType.getRank() != 2 || !outType.getElementType().isF32()) {
+      error = "--loss cross-entropy needs float32 logits [batch, classes]; "
+              "the first output has another shape";
+      return failure();
+    }
+    labelType = RankedTensorType::get({B}, i64);
+    info.classification = true;
+    info.labelDType = 7;
+  } else if (opts.loss == "mse") {
+    labelType = outType;
+    info.classification = false;
+    info.labelDType = 1;
+  } else if (opts.loss == "output") {
+    if (outType.getRank() != 0) {
+      error = "--loss output needs a scalar first output";
+      return failure();
+    }
+    if (labelArg >= 0)
+      labelType = cast<RankedTensorType>(fty.getInput(labelArg));
+    else
+      labelType = RankedTensorType::get({B}, i64);
+    info.classification = false;
+    info.labelDType = 7;
+  } else {
+    error = "unknown --loss '" + opts.loss +
+            "' (supported: cross-entropy, mse, output)";
+    return failure();
+  }
+  if (labelArg >= 0 && opts.loss != "output") {
+    error = "--label-input with --loss " + opts.loss +
+            " is not supported (labels are a separate input)";
+    return failure();
+  }
+
+  SmallVector<Type> paramTypes, bufferTypes;
+  for (unsigned i : paramIdx) {
+    paramTypes.push_back(fty.getInput(i));
+    auto t = cast<RankedTensorType>(fty.getInput(i));
+    info.params.push_back({argName(fwdTrain, i).str(),
+                           SmallVector<int64_t>(t.getShape())});
+  }
+  for (unsigned i : bufferIdx) {
+    bufferTypes.push_back(fty.getInput(i));
+    auto t = cast<RankedTensorType>(fty.getInput(i));
+    info.buffers.push_back({argName(fwdTrain, i).str(),
+                            SmallVector<int64_t>(t.getShape())});
+  }
+  info.batchSize = B;
+  info.dataShape.assign(dataType.getShape().begin(), dataType.getShape().end());
+  info.labelShape.assign(labelType.getShape().begin(),
+                         labelType.getShape().end());
+  if (labelArg >= 0 && opts.loss == "output")
+    info.labelDType = cast<IntegerType>(labelType.getElementType()).getWidth() == 64
+                          ? 7
+                          : 1;
+  auto scalarF = RankedTensorType::get({}, f32);
+  auto scalarI = RankedTensorType::get({}, i64);
+
+  // Buffer update results of the forward function, by buffer name.
+  llvm::StringMap<unsigned> bufferUpdateRes;
+  for (unsigned r = 0; r < fwdTrain.getNumResults(); ++r)
+    if (resultRole(fwdTrain, r) == "buffer_update")
+      bufferUpdateRes[fwdTrain.getResultAttrOfType<StringAttr>(r, "ddpc.name")
+                          .getValue()] = r;
+
+  b.setInsertionPointToEnd(module.getBody());
+  unsigned P = paramTypes.size(), NB = bufferTypes.size();
+
+  //===------------------------------------------------------------------===//
+  // @train_micro(params, buffers, grad_acc, data, labels)
+  //     -> (new_buffers, new_grad_acc, loss, correct)
+  {
+    SmallVector<Type> ins, outs;
+    ins.append(paramTypes);
+    ins.append(bufferTypes);
+    ins.append(paramTypes);
+    ins.push_back(dataType);
+    ins.push_back(labelType);
+    outs.append(bufferTypes);
+    outs.append(paramTypes);
+    outs.push_back(scalarF);
+    outs.push_back(scalarI);
+    auto fn = func::FuncOp::create(b, loc, "train_micro",
+                                   b.getFunctionType(ins, outs));
+    Block *entry = fn.addEntryBlock();
+    OpBuilder fb = OpBuilder::atBlockBegin(entry);
+    SmallVector<Value> fwdArgs(fwdTrain.getNumArguments());
+    for (auto [j, i] : llvm::enumerate(paramIdx))
+      fwdArgs[i] = entry->getArgument(j);
+    for (auto [j, i] : llvm::enumerate(bufferIdx))
+      fwdArgs[i] = entry->getArgument(P + j);
+    Value data = entry->getArgument(2 * P + NB);
+    Value labels = entry->getArgument(2 * P + NB + 1);
+    fwdArgs[dataArg] = data;
+    if (labelArg >= 0)
+      fwdArgs[labelArg] = labels;
+    SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
+    Value out = fwdRes[outIdx];
+    Value loss, correct, seed;
+    if (opts.loss == "cross-entropy") {
+      CrossEntropy ce = crossEntropy(fb, loc, out, labels);
+      loss = scaleTensor(fb, loc, sumAll(fb, loc, ce.sampleLoss), 1.0 / B);
+      correct = sumAll(fb, loc, ce.correct);
+      seed = ce.gradLogits;
+    } else if (opts.loss == "mse") {
+      int64_t n = outType.getNumElements();
+      Value diff = ew(fb, loc, ValueRange{out, labels}, outType.getShape(), f32,
+                      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                        return arith::SubFOp::create(nb, l, a[0], a[1]);
+                      });
+      Value sq = ew(fb, loc, diff, outType.getShape(), f32,
+                    [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                      return arith::MulFOp::create(nb, l, a[0], a[0]);
+                    });
+      loss = scaleTensor(fb, loc, sumAll(fb, loc, sq), 1.0 / n);
+      seed = scaleTensor(fb, loc, diff, 2.0 / n);
+      correct = arith::ConstantOp::create(
+          fb, loc, DenseElementsAttr::get(scalarI, fb.getI64IntegerAttr(0)));
+    } else {
+      loss = out;
+      seed = arith::ConstantOp::create(
+          fb, loc, DenseElementsAttr::get(scalarF, fb.getF32FloatAttr(1.0f)));
+      correct = arith::ConstantOp::create(
+          fb, loc, DenseElementsAttr::get(scalarI, fb.getI64IntegerAttr(0)));
+    }
+    SmallVector<Value> wrt;
+    for (unsigned j = 0; j < P; ++j)
+      wrt.push_back(entry->getArgument(j));
+    auto grads = buildVJP(fb, loc, {{out, seed}}, wrt, error);
+    if (failed(grads))
+      return failure();
+    SmallVector<Value> results;
+    for (auto [j, i] : llvm::enumerate(bufferIdx)) {
+      auto it = bufferUpdateRes.find(argName(fwdTrain, i));
+      results.push_back(it == bufferUpdateRes.end() ? entry->getArgument(P + j)
+                                                    : fwdRes[it->second]);
+    }
+    for (unsigned j = 0; j < P; ++j) {
+      Value acc = entry->getArgument(P + NB + j);
+      results.push_back(
+          ew(fb, loc, ValueRange{acc, (*grads)[j]}, ttype(acc).getShape(), f32,
+             [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+               return arith::AddFOp::create(nb, l, a[0], a[1]);
+             }));
+    }
+    results.push_back(loss);
+    results.push_back(correct);
+    func::ReturnOp::create(fb, loc, results);
+    for (unsigned j = 0; j < P; ++j)
+      fn.setArgAttr(P + NB + j, "ddpc.role", fb.getStringAttr("grad_acc"));
+  }
+
+  //===------------------------------------------------------------------===//
+  // @apply(params, opt_state, grad_acc, lr, step, grad_scale)
+  //     -> (new_params, new_opt_state)
+  bool adamw = opts.optimizer == "adamw";
+  if (!adamw && opts.optimizer != "sgd") {
+    error = "unknown --optimizer '" + opts.optimizer +
+            "' (supported: sgd, adamw)";
+    return failure();
+  }
+  int S = adamw ? 2 : (opts.momentum != 0.0 ? 1 : 0);
+  info.optSlots = S;
+  if (adamw)
+    info.optimizerDesc = llvm::formatv(
+        "adamw lr={0} betas=({1},{2}) eps={3} weight_decay={4}", opts.lr,
+        opts.beta1, opts.beta2, opts.eps, opts.weightDecay);
+  else
+    info.optimizerDesc = llvm::formatv(
+        "sgd lr={0} momentum={1} dampening={2} nesterov={3} weight_decay={4}",
+        opts.lr, opts.momentum, opts.dampening, opts.nesterov ? 1 : 0,
+        opts.weightDecay);
+  {
+    SmallVector<Type> ins, outs;
+    ins.append(paramTypes);
+    for (Type t : paramTypes)
+      for (int s = 0; s < S; ++s)
+        ins.push_back(t);
+    ins.append(paramTypes);
+    ins.push_back(scalarF);
+    ins.push_back(scalarI);
+    ins.push_back(scalarF);
+    outs.append(paramTypes);
+    for (Type t : paramTypes)
+      for (int s = 0; s < S; ++s)
+        outs.push_back(t);
+    auto fn = func::FuncOp::create(b, loc, "apply", b.getFunctionType(ins, outs));
+    Block *entry = fn.addEntryBlock();
+    OpBuilder fb = OpBuilder::atBlockBegin(entry);
+    unsigned base = P + P * S;
+    Value lr = entry->getArgument(base + P);
+    Value step = entry->getArgument(base + P + 1);
+    Value gradScale = entry->getArgument(base + P + 2);
+    SmallVector<Value> newParams, newState;
+    double wd = opts.weightDecay, mom = opts.momentum, damp = opts.dampening;
+    double b1 = opts.beta1, b2 = opts.beta2, eps = opts.eps;
+    bool nesterov = opts.nesterov;
+    for (unsigned j = 0; j < P; ++j) {
+      Value p = entry->getArgument(j);
+      Value g = entry->getArgument(base + j);
+      fn.setArgAttr(base + j, "ddpc.role", fb.getStringAttr("grad_acc"));
+      auto shape = ttype(p).getShape();
+      // g = grad_acc * grad_scale (mean over ranks and micro-batches)
+      g = ew(fb, loc, ValueRange{g, gradScale}, shape, f32,
+             [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+               return arith::MulFOp::create(nb, l, a[0], a[1]);
+             });
+      if (!adamw) {
+        if (wd != 0.0)
+          g = ew(fb, loc, ValueRange{g, p}, shape, f32,
+                 [wd](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                   Value w = scalarConst(nb, l, a[0].getType(), wd);
+                   return arith::AddFOp::create(
+                       nb, l, a[0], arith::MulFOp::create(nb, l, w, a[1]));
+                 });
+        Value update = g;
+        if (S == 1) {
+          Value buf = entry->getArgument(P + j);
+          // torch: buf = g on the first step, else mom*buf + (1-damp)*g.
+          Value nbuf = ew(
+              fb, loc, ValueRange{buf, g, step}, shape, f32,
+              [mom, damp](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                Type t = a[0].getType();
+                Value later = arith::AddFOp::create(
+                    nb, l,
+                    arith::MulFOp::create(nb, l, scalarConst(nb, l, t, mom),
+                                          a[0]),
+                    arith::MulFOp::create(
+                        nb, l, scalarConst(nb, l, t, 1.0 - damp), a[1]));
+                Value first = arith::CmpIOp::create(
+                    nb, l, arith::CmpIPredicate::sle, a[2],
+                    arith::ConstantIntOp::create(nb, l, a[2].getType(), 1));
+                return arith::SelectOp::create(nb, l, first, a[1], later);
+              });
+          newState.push_back(nbuf);
+          update = nesterov
+                       ? ew(fb, loc, ValueRange{g, nbuf}, shape, f32,
+                            [mom](OpBuilder &nb, Location l,
+                                  ValueRange a) -> Value {
+                              return arith::AddFOp::create(
+                                  nb, l, a[0],
+                                  arith::MulFOp::create(
+                                      nb, l,
+                                      scalarConst(nb, l, a[0].getType(), mom),
+                                      a[1]));
+                            })
+                       : nbuf;
+        }
+        newParams.push_back(
+            ew(fb, loc, ValueRange{p, update, lr}, shape, f32,
+               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                 return arith::SubFOp::create(
+                     nb, l, a[0], arith::MulFOp::create(nb, l, a[2], a[1]));
+               }));
+        continue;
+      }
+      // AdamW.
+      Value m = entry->getArgument(P + 2 * j), v = entry->getArgument(P + 2 * j + 1);
+      Value nm = ew(fb, loc, ValueRange{m, g}, shape, f32,
+                    [b1](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                      Type t = a[0].getType();
+                      return arith::AddFOp::create(
+                          nb, l,
+                          arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b1),
+                                                a[0]),
+                          arith::MulFOp::create(
+                              nb, l, scalarConst(nb, l, t, 1.0 - b1), a[1]));
+                    });
+      Value nv = ew(fb, loc, ValueRange{v, g}, shape, f32,
+                    [b2](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                      Type t = a[0].getType();
+                      Value g2 = arith::MulFOp::create(nb, l, a[1], a[1]);
+                      return arith::AddFOp::create(
+                          nb, l,
+                          arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b2),
+                                                a[0]),
+                          arith::MulFOp::create(
+                              nb, l, scalarConst(nb, l, t, 1.0 - b2), g2));
+                    });
+      Value np = ew(
+          fb, loc, ValueRange{p, nm, nv, lr, step}, shape, f32,
+          [b1, b2, eps, wd](OpBuilder &nb, Location l, ValueRange a) -> Value {
+            Type t = a[0].getType();
+            auto c = [&](double x) { return scalarConst(nb, l, t, x); };
+            Value lrv = a[3];
+            Value stepF = arith::SIToFPOp::create(nb, l, t, a[4]);
+            Value bc1 = arith::SubFOp::create(
+                nb, l, c(1.0), math::PowFOp::create(nb, l, c(b1), stepF));
+            Value bc2 = arith::SubFOp::create(
+                nb, l, c(1.0), math::PowFOp::create(nb, l, c(b2), stepF));
+            // p * (1 - lr*wd)
+            Value decayed = arith::MulFOp::create(
+                nb, l, a[0],
+                arith::SubFOp::create(nb, l, c(1.0),
+                                      arith::MulFOp::create(nb, l, lrv, c(wd))));
+            Value denom = arith::AddFOp::create(
+                nb, l,
+                arith::DivFOp::create(nb, l, math::SqrtOp::create(nb, l, a[2]),
+                                      math::SqrtOp::create(nb, l, bc2)),
+                c(eps));
+            Value stepSize = arith::DivFOp::create(nb, l, lrv, bc1);
+            return arith::SubFOp::create(
+                nb, l, decayed,
+                arith::MulFOp::create(nb, l, stepSize,
+                                      arith::DivFOp::create(nb, l, a[1], denom)));
+          });
+      newParams.push_back(np);
+      newState.push_back(nm);
+      newState.push_back(nv);
+    }
+    SmallVector<Value> results(newParams);
+    results.append(newState);
+    func::ReturnOp::create(fb, loc, results);
+  }
+
+  //===------------------------------------------------------------------===//
+  // @eval(params, buffers, data, labels) -> (sample_loss [B], sample_correct [B])
+  {
+    auto evalType = fwdEval.getFunctionType();
+    SmallVector<Type> ins;
+    ins.append(paramTypes);
+    ins.append(bufferTypes);
+    ins.push_back(dataType);
+    ins.push_back(labelType);
+    auto vecF = RankedTensorType::get({B}, f32);
+    auto vecI = RankedTensorType::get({B}, i64);
+    auto fn = func::FuncOp::create(b, loc, "eval",
+                                   b.getFunctionType(ins, {vecF, vecI}));
+    Block *entry = fn.addEntryBlock();
+    OpBuilder fb = OpBuilder::atBlockBegin(entry);
+    SmallVector<Value> fwdArgs(evalType.getNumInputs());
+    for (auto [j, i] : llvm::enumerate(paramIdx))
+      fwdArgs[i] = entry->getArgument(j);
+    for (auto [j, i] : llvm::enumerate(bufferIdx))
+      fwdArgs[i] = entry->getArgument(P + j);
+    Value data = entry->getArgument(P + NB), labels = entry->getArgument(P + NB + 1);
+    fwdArgs[dataArg] = data;
+    if (labelArg >= 0)
+      fwdArgs[labelArg] = labels;
+    SmallVector<Value> fwdRes = inlineBody(fb, fwdEval, fwdArgs);
+    Value out = fwdRes[outIdx];
+    Value sampleLoss, correct;
+    if (opts.loss == "cross-entropy") {
+      CrossEntropy ce = crossEntropy(fb, loc, out, labels);
+      sampleLoss = ce.sampleLoss;
+      correct = ce.correct;
+    } else {
+      // Per-sample loss: mse over each sample's elements; "output": the
+      // scalar loss for every sample.
+      Value perSample;
+      if (opts.loss == "mse") {
+        auto ot = ttype(out);
+        int64_t per = ot.getNumElements() / B;
+        Value sq = ew(fb, loc, ValueRange{out, labels}, ot.getShape(), f32,
+                      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                        Value d = arith::SubFOp::create(nb, l, a[0], a[1]);
+                        return arith::MulFOp::create(nb, l, d, d);
+                      });
+        Value flat = buildReshape(fb, loc, sq, {B, per});
+        perSample = scaleTensor(
+            fb, loc,
+            buildReduction(fb, loc, flat, {1}, false, scalarAttr(f32, 0.0),
+                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                             return arith::AddFOp::create(nb, l, a[0], a[1]);
+                           }),
+            1.0 / per);
+      } else {
+        perSample = ew(fb, loc, out, {B}, f32,
+                       [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+      }
+      sampleLoss = perSample;
+      correct = arith::ConstantOp::create(
+          fb, loc, DenseElementsAttr::get(vecI, fb.getI64IntegerAttr(0)));
+    }
+    func::ReturnOp::create(fb, loc, ValueRange{sampleLoss, correct});
+  }
+
+  fwdTrain.erase();
+  fwdEval.erase();
+  return success();
+}
+
+LogicalResult insertGradientAllReduce(ModuleOp module, std::string &error) {
+  auto apply = module.lookupSymbol<func::FuncOp>("apply");
+  if (!apply) {
+    error = "internal error: no @apply function";
+    return failure();
+  }
+  MLIRContext *ctx = module.getContext();
+  OpBuilder b(ctx);
+  Location loc = apply.getLoc();
+  auto ptrType = LLVM::LLVMPointerType::get(ctx);
+  b.setInsertionPointToStart(module.getBody());
+  if (!module.lookupSymbol<func::FuncOp>("ddpc_rt_allreduce_sum_f32")) {
+    auto decl = func::FuncOp::create(
+        b, loc, "ddpc_rt_allreduce_sum_f32",
+        b.getFunctionType({ptrType, b.getI64Type()}, {}));
+    decl.setPrivate();
+  }
+  Block &entry = apply.getBody().front();
+  b.setInsertionPointToStart(&entry);
+  for (unsigned i = 0; i < apply.getNumArguments(); ++i) {
+    auto r = apply.getArgAttrOfType<StringAttr>(i, "ddpc.role");
+    if (!r || r.getValue() != "grad_acc")
+      continue;
+    BlockArgument g = entry.getArgument(i);
+    auto t = cast<RankedTensorType>(g.getType());
+    auto mt = MemRefType::get(t.getShape(), t.getElementType());
+    // Sum over ranks into a private buffer: to_buffer, copy, call, to_tensor.
+    Value src = bufferization::ToBufferOp::create(b, loc, mt, g,
+                                                  /*read_only=*/true);
+    Value buf = memref::AllocOp::create(b, loc, mt, b.getI64IntegerAttr(64));
+    memref::CopyOp::create(b, loc, src, buf);
+    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buf);
+    Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
+    Value ptr = LLVM::IntToPtrOp::create(b, loc, ptrType, addr64);
+    Value count = arith::ConstantIntOp::create(b, loc, b.getI64Type(),
+                                               t.getNumElements());
+    auto call = func::CallOp::create(b, loc, "ddpc_rt_allreduce_sum_f32",
+                                     TypeRange{}, ValueRange{ptr, count});
+    call->setAttr("ddpc.collective", b.getStringAttr("all_reduce_sum"));
+    call->setAttr("ddpc.bytes", b.getI64IntegerAttr(t.getNumElements() * 4));
+    Value reduced = bufferization::ToTensorOp::create(
+        b, loc, t, buf, /*restrict=*/true, /*writable=*/true);
+    g.replaceAllUsesExcept(reduced, src.getDefiningOp());
+  }
+  return success();
+}
+
+} // namespace ddpc

@@ -107,6 +107,65 @@ static cl::opt<bool> vjp(
              "inputs d_<output> (cotangents), extra outputs d_<input> "
              "(gradients of every float input); for gradient checks"),
     cl::sub(compileCmd), cl::cat(category));
+static cl::OptionCategory trainCategory(
+    "ddpc compile --train options (training programs)");
+static cl::opt<bool> train(
+    "train",
+    cl::desc("Compile a data-parallel training program (forward, loss, "
+             "backward, optimizer; run it with mpirun -np N ./prog --data "
+             "X.npy --labels Y.npy --epochs E)"),
+    cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string>
+    loss("loss",
+         cl::desc("cross-entropy (logits [B,C], int64 labels [B]; default), "
+                  "mse (float labels shaped like the output), or output "
+                  "(the first output is already the scalar loss)"),
+         cl::init("cross-entropy"), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string> labelInput(
+    "label-input",
+    cl::desc("Graph input that holds the labels (with --loss output); "
+             "default: a new int64 input 'labels' of shape [batch]"),
+    cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string> optimizer("optimizer",
+                                      cl::desc("sgd (default) or adamw"),
+                                      cl::init("sgd"), cl::sub(compileCmd),
+                                      cl::cat(trainCategory));
+static cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01; the "
+                                         "program's --lr overrides it)"),
+                          cl::init(0.01), cl::sub(compileCmd),
+                          cl::cat(trainCategory));
+static cl::opt<double> momentum("momentum",
+                                cl::desc("SGD momentum (torch.optim.SGD)"),
+                                cl::init(0.0), cl::sub(compileCmd),
+                                cl::cat(trainCategory));
+static cl::opt<double> dampening("dampening", cl::desc("SGD dampening"),
+                                 cl::init(0.0), cl::sub(compileCmd),
+                                 cl::cat(trainCategory));
+static cl::opt<bool> nesterov("nesterov", cl::desc("Nesterov momentum"),
+                              cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<double> weightDecay(
+    "weight-decay",
+    cl::desc("Weight decay (L2 for SGD, decoupled for AdamW; default 0)"),
+    cl::init(0.0), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string> betas("betas",
+                                  cl::desc("AdamW betas B1,B2 (default "
+                                           "0.9,0.999)"),
+                                  cl::init("0.9,0.999"), cl::sub(compileCmd),
+                                  cl::cat(trainCategory));
+static cl::opt<double> eps("eps", cl::desc("AdamW epsilon (default 1e-8)"),
+                           cl::init(1e-8), cl::sub(compileCmd),
+                           cl::cat(trainCategory));
+static cl::opt<int64_t> gradAccum(
+    "grad-accum-steps",
+    cl::desc("Micro-batches of --batch-size accumulated per optimizer step"),
+    cl::init(1), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::list<std::string>
+    freeze("freeze", cl::desc("Initializers that stay fixed (comma list)"),
+           cl::CommaSeparated, cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<bool> syncBatchNorm(
+    "sync-batchnorm",
+    cl::desc("BatchNormalization statistics over the global batch"),
+    cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
 
@@ -157,7 +216,7 @@ static void printVersion(raw_ostream &os) {
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
   cl::SetVersionPrinter(printVersion);
-  cl::HideUnrelatedOptions({&category});
+  cl::HideUnrelatedOptions({&category, &trainCategory});
   cl::ParseCommandLineOptions(
       argc, argv,
       "ddpc: an ahead-of-time compiler from ONNX models to native programs\n\n"
@@ -229,6 +288,40 @@ int main(int argc, char **argv) {
   options.cpu.optLevel = optLevel;
   options.verbose = verbose;
   options.vjp = vjp;
+  if (train) {
+    ddpc::TrainOptions &t = options.train;
+    t.enabled = true;
+    t.loss = loss;
+    t.labelInput = labelInput;
+    t.optimizer = optimizer;
+    t.lr = lr;
+    t.momentum = momentum;
+    t.dampening = dampening;
+    t.nesterov = nesterov;
+    t.weightDecay = weightDecay;
+    t.eps = eps;
+    auto [b1, b2] = StringRef(betas).split(',');
+    if (b1.getAsDouble(t.beta1) || b2.getAsDouble(t.beta2)) {
+      errs() << "error: --betas expects B1,B2, got '" << betas << "'\n";
+      return 1;
+    }
+    if (gradAccum < 1) {
+      errs() << "error: --grad-accum-steps must be >= 1\n";
+      return 1;
+    }
+    t.gradAccumSteps = gradAccum;
+    t.freeze.assign(freeze.begin(), freeze.end());
+    t.syncBatchNorm = syncBatchNorm;
+    if (t.syncBatchNorm) {
+      errs() << "error: --sync-batchnorm is not implemented yet\n";
+      return 1;
+    }
+  } else if (loss.getNumOccurrences() || optimizer.getNumOccurrences() ||
+             lr.getNumOccurrences() || gradAccum.getNumOccurrences()) {
+    errs() << "error: training options (--loss, --optimizer, --lr, ...) need "
+              "--train\n";
+    return 1;
+  }
   options.runtimeLibDir =
       runtimeDir.empty()
           ? ddpc::defaultRuntimeLibDir(argv[0], (void *)&printVersion)

@@ -16,6 +16,9 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include <string>
+#include <vector>
+
+#include "llvm/ADT/SmallVector.h"
 
 namespace ddpc {
 
@@ -29,3 +32,47 @@ mlir::LogicalResult makeVJPFunction(mlir::func::FuncOp func,
 } // namespace ddpc
 
 #endif // DDPC_TRAINING_TRAININGSTEP_H
+
+namespace ddpc {
+
+/// What the training functions look like, for the driver's glue and report.
+struct TrainingProgramInfo {
+  struct State {
+    std::string name;
+    llvm::SmallVector<int64_t> shape;
+  };
+  std::vector<State> params, buffers;
+  /// Optimizer state slots per parameter (TrainABI.h).
+  int optSlots = 0;
+  std::string optimizerDesc;
+  int64_t batchSize = 0;
+  llvm::SmallVector<int64_t> dataShape, labelShape;
+  int32_t labelDType = 7;
+  bool classification = true;
+};
+
+/// Builds the TrainABI functions @train_micro, @apply and @eval in `module`
+/// from the imported forward functions (`fwdTrain`: training-mode ops with
+/// buffer updates; `fwdEval`: inference-mode ops), then erases those two.
+/// Parameters are float32 function arguments with `ddpc.role = "param"`.
+/// Loss: softmax cross-entropy over logits [B, C] with int64 labels [B]
+/// (mean over B), mse, or the model's own scalar output. Optimizers follow
+/// torch.optim.SGD (momentum, dampening, nesterov, weight decay) and
+/// torch.optim.AdamW (Loshchilov & Hutter, "Decoupled Weight Decay
+/// Regularization", ICLR 2019).
+mlir::LogicalResult buildTrainingFunctions(mlir::ModuleOp module,
+                                           mlir::func::FuncOp fwdTrain,
+                                           mlir::func::FuncOp fwdEval,
+                                           const TrainOptions &options,
+                                           TrainingProgramInfo &info,
+                                           std::string &error);
+
+/// Data parallelism (stage "parallel"): in @apply, every gradient
+/// accumulator is summed over ranks before the optimizer reads it, with a
+/// call to the runtime collective `ddpc_rt_allreduce_sum_f32(ptr, count)`
+/// on a private copy (marked `ddpc.collective = "all_reduce_sum"` and
+/// `ddpc.bytes`). With `syncBatchNorm`, not yet supported: fails.
+mlir::LogicalResult insertGradientAllReduce(mlir::ModuleOp module,
+                                            std::string &error);
+
+} // namespace ddpc

@@ -669,8 +669,20 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
         return nullptr;
       }
   }
-  for (const auto &[name, role] : stateArgs)
-    argTypes.push_back(gi.constants[name].first.getType());
+  for (const auto &[name, role] : stateArgs) {
+    DenseElementsAttr init = gi.constants[name].first;
+    argTypes.push_back(init.getType());
+    if (options.initialValues) {
+      std::string &bytes = (*options.initialValues)[name];
+      if (init.getElementType().isF32()) {
+        for (float v : init.getValues<float>())
+          bytes.append(reinterpret_cast<const char *>(&v), sizeof(float));
+      } else {
+        ArrayRef<char> raw = init.getRawData();
+        bytes.assign(raw.begin(), raw.end());
+      }
+    }
+  }
 
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(b, loc, options.funcName,

@@ -57,6 +57,9 @@ struct ImportOptions {
   /// extra results with `ddpc.role = "buffer_update"` (named after the
   /// buffer). Needs `parameterize`.
   bool trainingMode = false;
+  /// When set (with `parameterize`), receives the initial value of every
+  /// parameter and buffer argument as dense little-endian bytes, by name.
+  std::map<std::string, std::string> *initialValues = nullptr;
   /// Run the ONNX library's checker and shape inference where they apply
   /// (IR version <= 8, opset <= 17).
   bool runChecker = true;
