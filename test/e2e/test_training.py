@@ -1,0 +1,263 @@
+"""Compiled training programs (`ddpc compile --train`) against independent
+oracles:
+
+- a numpy re-implementation of the MLP's forward/backward and of
+  torch.optim.SGD (momentum, nesterov, weight decay) / torch.optim.AdamW;
+- the data-parallel invariant: 2 ranks x batch b == 1 rank x batch 2b;
+- gradient accumulation: K micro-batches of b == one batch of K*b;
+- resume: a run checkpointed at step 10 and resumed to 20 == a run of 20;
+- a killed rank ends the job non-zero, naming the rank.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+MPIRUN = shutil.which("mpirun")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+F, C, H = 12, 5, 16  # features, classes, hidden units
+
+
+def mlp_model(path, seed=0):
+    rng = np.random.default_rng(seed)
+    inits = {
+        "W1": (rng.standard_normal((F, H)) * 0.3).astype(np.float32),
+        "b1": (rng.standard_normal(H) * 0.1).astype(np.float32),
+        "W2": (rng.standard_normal((H, C)) * 0.3).astype(np.float32),
+        "b2": (rng.standard_normal(C) * 0.1).astype(np.float32),
+    }
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h0"]),
+             helper.make_node("Add", ["h0", "b1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return inits
+
+
+def bn_model(path, seed=0):
+    """Conv -> BatchNorm -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "cw": (rng.standard_normal((4, 1, 3, 3)) * 0.5).astype(np.float32),
+        "s": np.ones(4, np.float32), "bb": np.zeros(4, np.float32),
+        "mean": np.zeros(4, np.float32), "var": np.ones(4, np.float32),
+        "fw": (rng.standard_normal((C, 4)) * 0.5).astype(np.float32),
+        "fb": np.zeros(C, np.float32),
+    }
+    nodes = [helper.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "mean", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1)]
+    g = helper.make_graph(nodes, "bncnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 4, 4])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def data(n, seed=1, shape=(F,)):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, *shape)).astype(np.float32)
+    y = rng.integers(0, C, n).astype(np.int64)
+    return x, y
+
+
+def compile_train(ddpc, model, out, batch, *args):
+    proc = subprocess.run([ddpc, "compile", str(model), "--train", "--batch-size", str(batch),
+                           "-o", str(out), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def run_train(prog, tmp, ranks=1, *args, check=True):
+    x, y = tmp / "x.npy", tmp / "y.npy"
+    cmd = [str(prog), "--data", str(x), "--labels", str(y), "--quiet", *args]
+    if ranks > 1:
+        cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def weights(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+
+def assert_close_weights(a, b, rtol=1e-5):
+    assert a.keys() == b.keys()
+    for k in a:
+        scale = max(np.max(np.abs(b[k])), 1e-6)
+        diff = np.max(np.abs(a[k] - b[k])) / scale
+        assert diff <= rtol, f"{k}: max relative difference {diff:.3g}"
+
+
+# ---------------------------------------------------------------- numpy oracle
+
+def numpy_train(p, x, y, batch, steps, opt):
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
+    for t in range(1, steps + 1):
+        xb = x[(t - 1) * batch: t * batch].astype(np.float64)
+        yb = y[(t - 1) * batch: t * batch]
+        h = xb @ p["W1"] + p["b1"]
+        r = np.maximum(h, 0)
+        z = r @ p["W2"] + p["b2"]
+        e = np.exp(z - z.max(1, keepdims=True))
+        sm = e / e.sum(1, keepdims=True)
+        dz = (sm - np.eye(C)[yb]) / batch
+        g = {"W2": r.T @ dz, "b2": dz.sum(0)}
+        dh = (dz @ p["W2"].T) * (h > 0)
+        g["W1"], g["b1"] = xb.T @ dh, dh.sum(0)
+        for k in p:
+            if opt["name"] == "sgd":
+                d = g[k] + opt["wd"] * p[k]
+                buf = d if t == 1 else opt["momentum"] * state[k][0] + d
+                state[k][0] = buf
+                d = d + opt["momentum"] * buf if opt["nesterov"] else buf
+                p[k] = p[k] - opt["lr"] * d
+            else:
+                b1, b2 = 0.9, 0.999
+                p[k] = p[k] * (1 - opt["lr"] * opt["wd"])
+                m = state[k][0] = b1 * state[k][0] + (1 - b1) * g[k]
+                v = state[k][1] = b2 * state[k][1] + (1 - b2) * g[k] ** 2
+                denom = np.sqrt(v) / np.sqrt(1 - b2 ** t) + 1e-8
+                p[k] = p[k] - opt["lr"] / (1 - b1 ** t) * m / denom
+    return p
+
+
+OPTIMIZERS = {
+    "sgd-momentum": (["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01"],
+                     dict(name="sgd", lr=0.1, momentum=0.9, wd=0.01, nesterov=False)),
+    "sgd-nesterov": (["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--nesterov"],
+                     dict(name="sgd", lr=0.05, momentum=0.8, wd=0.0, nesterov=True)),
+    "adamw": (["--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05"],
+              dict(name="adamw", lr=0.01, wd=0.05)),
+}
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_matches_numpy_reference(ddpc, tmp_path, opt):
+    flags, spec = OPTIMIZERS[opt]
+    init = mlp_model(tmp_path / "m.onnx")
+    x, y = data(160)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "train", 8, *flags)
+    run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "out.onnx",
+              "--log-json", "log.jsonl")
+    want = numpy_train(init, x, y, 8, 20, spec)
+    assert_close_weights(weights(tmp_path / "out.onnx"), want, rtol=2e-5)
+    log = [json.loads(l) for l in open(tmp_path / "log.jsonl")]
+    assert len(log) == 20 and log[0]["step"] == 1
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
+def test_data_parallel_invariant(ddpc, tmp_path, opt):
+    """2 ranks with per-rank batch b == 1 rank with batch 2b, 20 steps."""
+    flags, _ = OPTIMIZERS[opt]
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(320)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags)
+    one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags)
+    run_train(two, tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx")
+    run_train(one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx")
+    assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
+
+
+def test_gradient_accumulation(ddpc, tmp_path):
+    """K=2 micro-batches of 8 == one batch of 16 (SGD momentum)."""
+    flags, _ = OPTIMIZERS["sgd-momentum"]
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(320)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    acc = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "acc", 8, *flags,
+                        "--grad-accum-steps", "2")
+    big = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "big", 16, *flags)
+    run_train(acc, tmp_path, 1, "--epochs", "1", "--save", "acc.onnx")
+    run_train(big, tmp_path, 1, "--epochs", "1", "--save", "big.onnx")
+    assert_close_weights(weights(tmp_path / "acc.onnx"), weights(tmp_path / "big.onnx"))
+
+
+def test_batchnorm_model_trains_and_exports(ddpc, tmp_path):
+    """A BatchNorm CNN trains (loss goes down); the exported model carries the
+    updated running statistics and runs in onnxruntime."""
+    bn_model(tmp_path / "m.onnx")
+    x, y = data(256, shape=(1, 4, 4))
+    x += (y[:, None, None, None] - 2).astype(np.float32)  # learnable signal
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 16, "--optimizer", "adamw",
+                         "--lr", "0.05")
+    run_train(prog, tmp_path, 1, "--epochs", "6", "--save", "out.onnx", "--log-json", "log.jsonl")
+    log = [json.loads(l) for l in open(tmp_path / "log.jsonl")]
+    first, last = np.mean([r["loss"] for r in log[:8]]), np.mean([r["loss"] for r in log[-8:]])
+    assert last < 0.8 * first, (first, last)
+    w = weights(tmp_path / "out.onnx")
+    assert not np.allclose(w["mean"], 0) and not np.allclose(w["var"], 1)
+    (logits,) = ort.InferenceSession(str(tmp_path / "out.onnx")).run(None, {"x": x[:16]})
+    assert logits.shape == (16, C) and np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_resume_matches_uninterrupted(ddpc, tmp_path, ranks):
+    if ranks > 1 and MPIRUN is None:
+        pytest.skip("mpirun not installed")
+    flags, _ = OPTIMIZERS["adamw"]
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(200)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 8, *flags)
+    # 20 optimizer steps span more than one epoch with 2 ranks.
+    run_train(prog, tmp_path, ranks, "--epochs", "4", "--stop-after-steps", "20", "--save", "full.onnx")
+    run_train(prog, tmp_path, ranks, "--epochs", "4", "--stop-after-steps", "10",
+              "--checkpoint", "ck.bin")
+    run_train(prog, tmp_path, ranks, "--epochs", "4", "--stop-after-steps", "20",
+              "--resume", "ck.bin", "--save", "resumed.onnx")
+    a, b = weights(tmp_path / "full.onnx"), weights(tmp_path / "resumed.onnx")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_killed_rank_ends_job(ddpc, tmp_path):
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(40000)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 1)
+    cmd = [MPIRUN, "--oversubscribe", "-np", "2", str(prog), "--data", "x.npy", "--labels",
+           "y.npy", "--epochs", "50", "--quiet"]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=ENV, cwd=tmp_path)
+    time.sleep(3)
+    pids = subprocess.run(["pgrep", "-f", f"{prog} --data"], capture_output=True, text=True).stdout.split()
+    assert len(pids) >= 2, "both ranks should be running"
+    os.kill(int(pids[-1]), signal.SIGKILL)
+    start = time.time()
+    out, _ = job.communicate(timeout=90)
+    assert time.time() - start < 60
+    assert job.returncode != 0
+    assert "rank" in out, out
