@@ -396,8 +396,8 @@ std::string buildReport(ModuleOp module, StringRef modelName,
       kind = op->getName().getStringRef();
       type = op->getOperand(0).getType();
     } else if (auto call = dyn_cast<func::CallOp>(op)) {
-      if (call.getCallee().starts_with("ddpc_rt_all")) {
-        kind = call.getCallee();
+      if (call->hasAttr("ddpc.collective")) {
+        kind = call->getAttrOfType<StringAttr>("ddpc.collective").getValue();
         type = call.getOperand(0).getType();
       }
     }
@@ -494,6 +494,7 @@ int compile(const CompileOptions &options, std::string &error,
     importOptions.funcName = "forward_train";
     importOptions.frozen = options.train.freeze;
     importOptions.initialValues = &initialValues;
+    importOptions.syncBatchNorm = options.train.syncBatchNorm;
   }
   OwningOpRef<ModuleOp> module =
       importONNXModel(context, bytes, importOptions, importError);

@@ -9,6 +9,7 @@
 #include "ddpc/Import/ONNX/TensorBuilders.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -396,6 +397,15 @@ buildVJP(OpBuilder &b, Location loc,
                        b, loc, g,
                        cast<RankedTensorType>(src.getType()).getShape()));
       continue;
+    }
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      if (call->getAttrOfType<StringAttr>("ddpc.collective") &&
+          call->getAttrOfType<StringAttr>("ddpc.collective").getValue() ==
+              "all_reduce_sum") {
+        // y = sum over ranks of x  =>  dx = sum over ranks of dy.
+        addGrad(call.getOperand(0), buildAllReduceSum(b, loc, g));
+        continue;
+      }
     }
     if (isa<linalg::FillOp, tensor::EmptyOp, arith::ConstantOp>(op))
       continue;

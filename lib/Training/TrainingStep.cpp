@@ -720,43 +720,20 @@ LogicalResult insertGradientAllReduce(ModuleOp module, std::string &error) {
     error = "internal error: no @apply function";
     return failure();
   }
-  MLIRContext *ctx = module.getContext();
-  OpBuilder b(ctx);
-  Location loc = apply.getLoc();
-  auto ptrType = LLVM::LLVMPointerType::get(ctx);
-  b.setInsertionPointToStart(module.getBody());
-  if (!module.lookupSymbol<func::FuncOp>("ddpc_rt_allreduce_sum_f32")) {
-    auto decl = func::FuncOp::create(
-        b, loc, "ddpc_rt_allreduce_sum_f32",
-        b.getFunctionType({ptrType, b.getI64Type()}, {}));
-    decl.setPrivate();
-  }
   Block &entry = apply.getBody().front();
-  b.setInsertionPointToStart(&entry);
+  OpBuilder b = OpBuilder::atBlockBegin(&entry);
   for (unsigned i = 0; i < apply.getNumArguments(); ++i) {
     auto r = apply.getArgAttrOfType<StringAttr>(i, "ddpc.role");
     if (!r || r.getValue() != "grad_acc")
       continue;
     BlockArgument g = entry.getArgument(i);
-    auto t = cast<RankedTensorType>(g.getType());
-    auto mt = MemRefType::get(t.getShape(), t.getElementType());
-    // Sum over ranks into a private buffer: to_buffer, copy, call, to_tensor.
-    Value src = bufferization::ToBufferOp::create(b, loc, mt, g,
-                                                  /*read_only=*/true);
-    Value buf = memref::AllocOp::create(b, loc, mt, b.getI64IntegerAttr(64));
-    memref::CopyOp::create(b, loc, src, buf);
-    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buf);
-    Value addr64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), addr);
-    Value ptr = LLVM::IntToPtrOp::create(b, loc, ptrType, addr64);
-    Value count = arith::ConstantIntOp::create(b, loc, b.getI64Type(),
-                                               t.getNumElements());
-    auto call = func::CallOp::create(b, loc, "ddpc_rt_allreduce_sum_f32",
-                                     TypeRange{}, ValueRange{ptr, count});
-    call->setAttr("ddpc.collective", b.getStringAttr("all_reduce_sum"));
-    call->setAttr("ddpc.bytes", b.getI64IntegerAttr(t.getNumElements() * 4));
-    Value reduced = bufferization::ToTensorOp::create(
-        b, loc, t, buf, /*restrict=*/true, /*writable=*/true);
-    g.replaceAllUsesExcept(reduced, src.getDefiningOp());
+    // Redirect the existing readers of `g` (not the all-reduce's own reads).
+    SmallVector<OpOperand *> readers;
+    for (OpOperand &use : g.getUses())
+      readers.push_back(&use);
+    Value reduced = buildAllReduceSum(b, apply.getLoc(), g);
+    for (OpOperand *use : readers)
+      use->set(reduced);
   }
   return success();
 }

@@ -261,3 +261,20 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
     assert time.time() - start < 60
     assert job.returncode != 0
     assert "rank" in out, out
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
+def test_data_parallel_invariant_sync_batchnorm(ddpc, tmp_path, opt):
+    """BatchNorm model with --sync-batchnorm: 2 ranks x b == 1 rank x 2b
+    (parameters and running statistics)."""
+    flags, _ = OPTIMIZERS[opt]
+    bn_model(tmp_path / "m.onnx")
+    x, y = data(320, shape=(1, 4, 4))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags, "--sync-batchnorm")
+    one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags, "--sync-batchnorm")
+    run_train(two, tmp_path, 2, "--epochs", "1", "--save", "two.onnx")
+    run_train(one, tmp_path, 1, "--epochs", "1", "--save", "one.onnx")
+    assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))

@@ -312,10 +312,6 @@ int main(int argc, char **argv) {
     t.gradAccumSteps = gradAccum;
     t.freeze.assign(freeze.begin(), freeze.end());
     t.syncBatchNorm = syncBatchNorm;
-    if (t.syncBatchNorm) {
-      errs() << "error: --sync-batchnorm is not implemented yet\n";
-      return 1;
-    }
   } else if (loss.getNumOccurrences() || optimizer.getNumOccurrences() ||
              lr.getNumOccurrences() || gradAccum.getNumOccurrences()) {
     errs() << "error: training options (--loss, --optimizer, --lr, ...) need "

@@ -9,6 +9,11 @@
 #include "GraphImporter.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -290,6 +295,53 @@ TypedAttr highestAttr(Type type, bool isUnsigned) {
   APInt v = (isUnsigned || w == 1) ? APInt::getMaxValue(w)
                                    : APInt::getSignedMaxValue(w);
   return IntegerAttr::get(it, v);
+}
+
+
+Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
+  auto t = cast<RankedTensorType>(input.getType());
+  MLIRContext *ctx = b.getContext();
+  auto module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  int64_t n = t.getNumElements();
+  auto flatType = RankedTensorType::get({n}, t.getElementType());
+  std::string name = "ddpc_allreduce_sum_f32_" + std::to_string(n);
+  auto ptrType = LLVM::LLVMPointerType::get(ctx);
+  if (!module.lookupSymbol<func::FuncOp>(name)) {
+    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
+    if (!module.lookupSymbol<func::FuncOp>("ddpc_rt_allreduce_sum_f32"))
+      func::FuncOp::create(mb, loc, "ddpc_rt_allreduce_sum_f32",
+                           mb.getFunctionType({ptrType, mb.getI64Type()}, {}))
+          .setPrivate();
+    auto fn = func::FuncOp::create(
+        mb, loc, name, mb.getFunctionType({flatType}, {flatType}));
+    fn.setPrivate();
+    Block *entry = fn.addEntryBlock();
+    OpBuilder fb = OpBuilder::atBlockBegin(entry);
+    auto mt = MemRefType::get({n}, t.getElementType());
+    // A private copy receives the sum: tensors stay values.
+    Value src = bufferization::ToBufferOp::create(fb, loc, mt,
+                                                  entry->getArgument(0),
+                                                  /*read_only=*/true);
+    Value buf = memref::AllocOp::create(fb, loc, mt, fb.getI64IntegerAttr(64));
+    memref::CopyOp::create(fb, loc, src, buf);
+    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(fb, loc, buf);
+    Value addr64 = arith::IndexCastOp::create(fb, loc, fb.getI64Type(), addr);
+    Value ptr = LLVM::IntToPtrOp::create(fb, loc, ptrType, addr64);
+    Value count = arith::ConstantIntOp::create(fb, loc, fb.getI64Type(), n);
+    func::CallOp::create(fb, loc, "ddpc_rt_allreduce_sum_f32", TypeRange{},
+                         ValueRange{ptr, count});
+    Value out = bufferization::ToTensorOp::create(fb, loc, flatType, buf,
+                                                  /*restrict=*/true,
+                                                  /*writable=*/true);
+    func::ReturnOp::create(fb, loc, out);
+  }
+  Value flat = buildReshape(b, loc, input, {n});
+  auto call = func::CallOp::create(b, loc, name, TypeRange{flatType},
+                                   ValueRange{flat});
+  call->setAttr("ddpc.collective", b.getStringAttr("all_reduce_sum"));
+  call->setAttr("ddpc.bytes",
+                b.getI64IntegerAttr(n * t.getElementTypeBitWidth() / 8));
+  return buildReshape(b, loc, call.getResult(0), t.getShape());
 }
 
 } // namespace ddpc

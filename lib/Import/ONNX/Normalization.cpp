@@ -191,6 +191,74 @@ void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
       });
 }
 
+/// `normalize` over the global batch of all ranks: per-channel sums and the
+/// element count are all-reduced, then the squared deviations (two passes,
+/// the same arithmetic as one rank holding the whole batch).
+void normalizeSync(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
+                   double eps, Value &centered, Value &mean, Value &invStd,
+                   Value &var) {
+  auto t = cast<RankedTensorType>(x.getType());
+  Type elem = t.getElementType();
+  auto ks = keptShape(t.getShape(), axes);
+  int64_t c = numElements(ks);
+  int64_t localCount = t.getNumElements() / c;
+  // [sum_0 .. sum_{C-1}, count] summed over ranks.
+  Value sum = buildReshape(b, loc, reduceSum(b, loc, x, axes), {c});
+  Value packed = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{c + 1}, elem);
+  packed = tensor::InsertSliceOp::create(
+      b, loc, sum, packed, ArrayRef<OpFoldResult>{b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(c)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+  Value cnt = arith::ConstantOp::create(
+      b, loc,
+      DenseElementsAttr::get(RankedTensorType::get({1}, elem),
+                             scalarAttr(elem, localCount)));
+  packed = tensor::InsertSliceOp::create(
+      b, loc, cnt, packed, ArrayRef<OpFoldResult>{b.getIndexAttr(c)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+  Value global = buildAllReduceSum(b, loc, packed);
+  auto slice = [&](int64_t off, int64_t n) -> Value {
+    return tensor::ExtractSliceOp::create(
+        b, loc, RankedTensorType::get({n}, elem), global,
+        ArrayRef<OpFoldResult>{b.getIndexAttr(off)},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(n)},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+  };
+  Value gsum = slice(0, c), gcount = slice(c, 1);
+  Value mean1 = buildElementwise(
+      b, loc, ValueRange{gsum, gcount}, {c}, elem,
+      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::DivFOp::create(nb, l, a[0], a[1]);
+      });
+  mean = buildReshape(b, loc, mean1, ks);
+  centered = buildElementwise(
+      b, loc, ValueRange{x, mean}, t.getShape(), elem,
+      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::SubFOp::create(nb, l, a[0], a[1]);
+      });
+  Value sq = buildElementwise(b, loc, centered, t.getShape(), elem,
+                              [](OpBuilder &nb, Location l, ValueRange a) {
+                                return arith::MulFOp::create(nb, l, a[0], a[0])
+                                    .getResult();
+                              });
+  Value gsq = buildAllReduceSum(
+      b, loc, buildReshape(b, loc, reduceSum(b, loc, sq, axes), {c}));
+  Value var1 = buildElementwise(
+      b, loc, ValueRange{gsq, gcount}, {c}, elem,
+      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::DivFOp::create(nb, l, a[0], a[1]);
+      });
+  var = buildReshape(b, loc, var1, ks);
+  invStd = buildElementwise(
+      b, loc, var, ks, elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return math::RsqrtOp::create(
+            nb, l,
+            arith::AddFOp::create(nb, l, a[0], scalarConst(nb, l, elem, eps)));
+      });
+}
+
 /// BatchNormalization with training_mode=1 (opset 14+): normalizes with the
 /// batch statistics (biased variance) and outputs the updated running
 /// statistics: running = input_running * momentum + batch * (1 - momentum).
@@ -209,7 +277,10 @@ LogicalResult importBatchNormTraining(NodeContext &ctx) {
   Type elem = x.elementType();
   Value centered, mean, invStd, var;
   double eps = ctx.attrFloat("epsilon", 1e-5f);
-  normalize(b, loc, x.value, axes, eps, centered, mean, invStd, &var);
+  if (ctx.importer.options.syncBatchNorm && ctx.importer.options.trainingMode)
+    normalizeSync(b, loc, x.value, axes, eps, centered, mean, invStd, var);
+  else
+    normalize(b, loc, x.value, axes, eps, centered, mean, invStd, &var);
   Value scale = channelParam(b, loc, ctx.input(1).value, rank);
   Value bias = channelParam(b, loc, ctx.input(2).value, rank);
   Value y = buildElementwise(

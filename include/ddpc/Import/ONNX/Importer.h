@@ -60,6 +60,9 @@ struct ImportOptions {
   /// When set (with `parameterize`), receives the initial value of every
   /// parameter and buffer argument as dense little-endian bytes, by name.
   std::map<std::string, std::string> *initialValues = nullptr;
+  /// Training mode: BatchNormalization statistics over the global batch
+  /// (sums all-reduced over ranks, as torch.nn.SyncBatchNorm).
+  bool syncBatchNorm = false;
   /// Run the ONNX library's checker and shape inference where they apply
   /// (IR version <= 8, opset <= 17).
   bool runChecker = true;

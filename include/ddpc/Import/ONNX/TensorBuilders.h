@@ -76,6 +76,15 @@ mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
 
+/// Sum of a float32 tensor over all ranks (data parallelism), as a call to
+/// a private function `@ddpc_allreduce_sum_f32_<N>` (created on first use in
+/// the enclosing module) whose body copies the tensor and calls the runtime
+/// collective `ddpc_rt_allreduce_sum_f32(ptr, count)`. The call carries
+/// `ddpc.collective = "all_reduce_sum"` and `ddpc.bytes`. Its VJP is the
+/// same all-reduce of the cotangent.
+mlir::Value buildAllReduceSum(mlir::OpBuilder &b, mlir::Location loc,
+                              mlir::Value input);
+
 } // namespace ddpc
 
 #endif // DDPC_IMPORT_ONNX_TENSORBUILDERS_H
