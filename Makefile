@@ -6,7 +6,7 @@ PYTHON ?= python3
 CMAKE_FLAGS ?=
 
 .PHONY: all setup configure build test test-lit test-unit test-backend \
-        test-light test-python demo clean format
+        test-light test-python demo demo-inference clean format
 
 all: build
 
@@ -45,8 +45,15 @@ test-python: build
 
 test: test-lit test-unit test-backend test-light test-python
 
+# The main job: data-parallel training of a CNN on Fashion-MNIST (2 ranks),
+# then the digits MLP. Each checks test accuracy with onnxruntime.
 demo: build
-	$(PYTHON) examples/demo.py --ddpc $(BUILD)/bin/ddpc
+	$(PYTHON) examples/fashion_mnist/demo.py --ddpc $(BUILD)/bin/ddpc
+	$(PYTHON) examples/digits/demo.py --ddpc $(BUILD)/bin/ddpc
+
+# Inference: real CNN architectures compiled and checked against onnxruntime.
+demo-inference: build
+	$(PYTHON) examples/inference_demo.py --ddpc $(BUILD)/bin/ddpc
 
 format:
 	find include lib tools unittests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
