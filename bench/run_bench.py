@@ -362,16 +362,22 @@ def run_torch_train(args, torch_py, gpath, wpath, xp, yp, cfg, world, work) -> d
     return r
 
 
-def loss_check(a: dict, b: dict) -> dict:
-    la, lb = a.get("losses"), b.get("losses")
-    if not la or not lb:
+def loss_check(ddpc: dict, ref: dict) -> dict:
+    """ddpc's per-step losses against PyTorch's float64 run of the same
+    training. Passes when at every step |ddpc - fp64| <= ATOL + RTOL * |fp64|
+    + 2 * |torch fp32 - fp64|: a badly conditioned run (the ResNet with
+    batch 4) amplifies float32 rounding, and ddpc may then deviate from the
+    exact result as far as PyTorch's own float32 run does, but no further."""
+    la, lt, l64 = ddpc.get("losses"), ref.get("losses"), ref.get("losses_fp64")
+    if not la or not lt or not l64:
         return {"ok": None, "note": "missing losses"}
-    n = min(len(la), len(lb))
-    la, lb = np.array(la[:n]), np.array(lb[:n])
-    diff = np.abs(la - lb)
-    ok = bool(np.all(diff <= LOSS_ATOL + LOSS_RTOL * np.abs(lb)))
-    return {"ok": ok, "steps": n, "max_abs_diff": float(diff.max()),
-            "first_loss": float(lb[0]), "last_loss_ddpc": float(la[-1]), "last_loss_torch": float(lb[-1])}
+    n = min(len(la), len(lt), len(l64))
+    la, lt, l64 = (np.array(v[:n], np.float64) for v in (la, lt, l64))
+    d_exact, t_exact = np.abs(la - l64), np.abs(lt - l64)
+    ok = bool(np.all(d_exact <= LOSS_ATOL + LOSS_RTOL * np.abs(l64) + 2 * t_exact))
+    return {"ok": ok, "steps": n, "max_abs_diff": float(np.abs(la - lt).max()),
+            "max_abs_diff_fp64": float(d_exact.max()), "torch_max_abs_diff_fp64": float(t_exact.max()),
+            "first_loss": float(lt[0]), "last_loss_ddpc": float(la[-1]), "last_loss_torch": float(lt[-1])}
 
 
 def bench_training(args, name, cfg, model_path, work, torch_py, gpath, wpath) -> dict:
@@ -567,8 +573,10 @@ def markdown(report: dict) -> str:
             if lc.get("ok") is None:
                 check = "–"
             else:
-                check = (f"{'ok' if lc['ok'] else 'MISMATCH'} (max |Δ| {lc['max_abs_diff']:.1e} "
-                         f"over {lc['steps']} steps, {lc['first_loss']:.3f}→{lc['last_loss_torch']:.3f})")
+                check = (f"{'ok' if lc['ok'] else 'MISMATCH'}: {lc['steps']} steps "
+                         f"{lc['first_loss']:.3f}→{lc['last_loss_torch']:.3f}, max \\|Δ\\| vs torch "
+                         f"{lc['max_abs_diff']:.1e}, vs fp64 {lc['max_abs_diff_fp64']:.1e} "
+                         f"(torch fp32 vs fp64 {lc['torch_max_abs_diff_fp64']:.1e})")
             ddpc_cells = ([fmt(d.get("step_ms"))] if "error" not in d else [f"{d['error']}"])
             lines.append(
                 f"| {name} | {t['batch_per_rank']} | {opt} | {w} | {fmt(t.get('compile_s')) if w == '1' else ''} | "

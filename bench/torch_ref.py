@@ -18,7 +18,8 @@ Processes the global batches in order (no shuffle): step s, rank r uses rows
 [(s*world + r)*B, (s*world + r + 1)*B), as ddpc's sampler with --no-shuffle
 does. One thread per rank; rank r is pinned to CPU r (mod the CPU count).
 With --world 2 it starts two ranks (DistributedDataParallel, gloo backend).
-Writes JSON: per-step losses (mean over ranks), per-step seconds, version.
+Writes JSON: per-step losses (mean over ranks), per-step seconds, version,
+and the per-step losses of the same training in float64 (oracle_fp64).
 """
 import argparse
 import json
@@ -163,14 +164,37 @@ def train_rank(args, rank: int, world: int) -> None:
             torch.distributed.all_reduce(value)
             value /= world
         losses.append(float(value))
+    if world > 1:
+        torch.distributed.destroy_process_group()
     if rank == 0:
         result = {"torch_version": torch.__version__, "world": world, "batch": B,
                   "warmup": args.warmup, "losses": losses, "step_seconds": secs,
-                  "threads": torch.get_num_threads()}
+                  "threads": torch.get_num_threads(),
+                  "losses_fp64": oracle_fp64(args, graph, x_all, y_all, world)}
         with open(args.out, "w") as f:
             json.dump(result, f)
-    if world > 1:
-        torch.distributed.destroy_process_group()
+
+
+def oracle_fp64(args, graph: dict, x_all, y_all, world: int) -> list:
+    """The same training in float64, in one process: each step runs every
+    rank's micro-batch separately (BatchNorm statistics per rank, as in DDP)
+    and averages their losses, so the gradient is DDP's. Not timed; the loss
+    check uses it to tell float32 rounding (which a badly conditioned run
+    amplifies on both sides) from a wrong program."""
+    model = OnnxModule(graph, np.load(args.weights)).double()
+    opt = make_optimizer(model.parameters(), args)
+    B, losses = args.batch, []
+    for step in range(args.warmup + args.steps):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for r in range(world):
+            begin = (step * world + r) * B
+            loss = F.cross_entropy(model(x_all[begin:begin + B].double()), y_all[begin:begin + B]) / world
+            loss.backward()
+            total += float(loss.detach())
+        opt.step()
+        losses.append(total)
+    return losses
 
 
 def free_port() -> int:

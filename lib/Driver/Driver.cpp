@@ -529,7 +529,7 @@ int compile(const CompileOptions &options, std::string &error,
     if (!writeFileAtomic(std::string(p), printOp(*module), error))
       return kCompileError;
   }
-  if (options.emit == EmitKind::MLIR)
+  if (options.emit == EmitKind::MLIR && !training && !options.vjp)
     return writeFileAtomic(options.outputPath, printOp(*module), error)
                ? kCompileOk
                : kCompileError;
@@ -604,6 +604,11 @@ int compile(const CompileOptions &options, std::string &error,
         }))
       return kCompileError;
   }
+  // --emit=mlir: the graph-level IR (with --train/--vjp, after synthesis).
+  if (options.emit == EmitKind::MLIR)
+    return writeFileAtomic(options.outputPath, printOp(*module), error)
+               ? kCompileOk
+               : kCompileError;
   if (!runPhase("fused", [&](OpPassManager &pm) {
         buildGraphOptimizationPipeline(pm, options.pipeline);
       }))

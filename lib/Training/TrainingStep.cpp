@@ -482,6 +482,22 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     func::ReturnOp::create(fb, loc, results);
     for (unsigned j = 0; j < P; ++j)
       fn.setArgAttr(P + NB + j, "ddpc.role", fb.getStringAttr("grad_acc"));
+    SmallVector<std::string> argNames, resNames;
+    for (const auto &s : info.params)
+      argNames.push_back(s.name);
+    for (const auto &s : info.buffers)
+      argNames.push_back(s.name);
+    for (const auto &s : info.params)
+      argNames.push_back("grad_acc." + s.name);
+    argNames.push_back("data");
+    argNames.push_back("labels");
+    for (const auto &s : info.buffers)
+      resNames.push_back("new." + s.name);
+    for (const auto &s : info.params)
+      resNames.push_back("grad_acc." + s.name);
+    resNames.push_back("loss");
+    resNames.push_back("correct");
+    setNames(fn, argNames, resNames);
   }
 
   //===------------------------------------------------------------------===//
@@ -645,6 +661,24 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     SmallVector<Value> results(newParams);
     results.append(newState);
     func::ReturnOp::create(fb, loc, results);
+    SmallVector<std::string> argNames, stateNames;
+    for (const auto &s : info.params)
+      argNames.push_back(s.name);
+    for (const auto &s : info.params)
+      for (int k = 0; k < S; ++k)
+        stateNames.push_back((adamw ? (k ? "exp_avg_sq." : "exp_avg.")
+                                    : "momentum_buffer.") +
+                             s.name);
+    argNames.append(stateNames.begin(), stateNames.end());
+    for (const auto &s : info.params)
+      argNames.push_back("grad_acc." + s.name);
+    argNames.append({"lr", "step", "grad_scale"});
+    SmallVector<std::string> resNames;
+    for (const auto &s : info.params)
+      resNames.push_back("new." + s.name);
+    for (const auto &n : stateNames)
+      resNames.push_back("new." + n);
+    setNames(fn, argNames, resNames);
   }
 
   //===------------------------------------------------------------------===//
@@ -707,6 +741,13 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
           fb, loc, DenseElementsAttr::get(vecI, fb.getI64IntegerAttr(0)));
     }
     func::ReturnOp::create(fb, loc, ValueRange{sampleLoss, correct});
+    SmallVector<std::string> argNames;
+    for (const auto &s : info.params)
+      argNames.push_back(s.name);
+    for (const auto &s : info.buffers)
+      argNames.push_back(s.name);
+    argNames.append({"data", "labels"});
+    setNames(fn, argNames, {"sample_loss", "sample_correct"});
   }
 
   fwdTrain.erase();

@@ -236,62 +236,6 @@ def test_train_config_validates() -> None:
 
 # -- train ------------------------------------------------------------------
 
-# A 3x5 pixel font for the digits 0-9, one string of 15 pixels per digit.
-FONT = [
-    "111101101101111",
-    "010110010010111",
-    "111001111100111",
-    "111001111001111",
-    "101101111001001",
-    "111100111001111",
-    "111100111101111",
-    "111001001001001",
-    "111101111101111",
-    "111101111001111",
-]
-
-
-def digits(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """n noisy 8x8 digit images (float32 [n, 64]) and their labels (int64 [n])."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 10, n)
-    images = np.zeros((n, 8, 8), np.float32)
-    for i, d in enumerate(labels):
-        glyph = np.array([int(c) for c in FONT[d]], np.float32).reshape(5, 3)
-        r, c = rng.integers(0, 4), rng.integers(0, 6)
-        images[i, r : r + 5, c : c + 3] = glyph
-    images += 0.3 * rng.standard_normal(images.shape).astype(np.float32)
-    return images.reshape(n, 64), labels.astype(np.int64)
-
-
-def digits_mlp() -> onnx.ModelProto:
-    """logits = relu(x @ W1 + b1) @ W2 + b2, x: float32[N, 64]."""
-    rng = np.random.default_rng(0)
-    inits = [
-        numpy_helper.from_array(
-            (rng.standard_normal((64, 32)) * 0.1).astype(np.float32), "W1"
-        ),
-        numpy_helper.from_array(np.zeros(32, np.float32), "b1"),
-        numpy_helper.from_array(
-            (rng.standard_normal((32, 10)) * 0.1).astype(np.float32), "W2"
-        ),
-        numpy_helper.from_array(np.zeros(10, np.float32), "b2"),
-    ]
-    nodes = [
-        helper.make_node("Gemm", ["input", "W1", "b1"], ["h"], name="fc1"),
-        helper.make_node("Relu", ["h"], ["r"], name="relu1"),
-        helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"], name="fc2"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "digits_mlp",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 64])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def cross_entropy(model: onnx.ModelProto, x: np.ndarray, y: np.ndarray) -> float:
     (logits,) = ort_run(model, {"input": x})
     logits = logits - logits.max(axis=1, keepdims=True)
@@ -301,10 +245,15 @@ def cross_entropy(model: onnx.ModelProto, x: np.ndarray, y: np.ndarray) -> float
 
 def test_train_digits_lowers_loss() -> None:
     # Needs `ddpc compile --train` and the training runtime (TrainABI.h).
-    model = digits_mlp()
-    x, y = digits(640, seed=1)
-    # SGD with momentum 0.9, lr 0.1, 5 epochs: numpy reference training of
-    # this model and data takes the loss from 2.31 to 1.18.
+    # The digits example: examples/digits/digits_mlp.onnx on scikit-learn's
+    # bundled digits (1,797 8x8 images).
+    from sklearn.datasets import load_digits
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    model = onnx.load(str(root / "examples" / "digits" / "digits_mlp.onnx"))
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
     config = ddpc.TrainConfig(
         loss="cross-entropy", optimizer="sgd", lr=0.1, momentum=0.9, batch_size=16
     )

@@ -39,7 +39,9 @@ static cl::opt<ddpc::EmitKind> emit(
     "emit", cl::desc("What to produce"), cl::init(ddpc::EmitKind::Executable),
     cl::values(
         clEnumValN(ddpc::EmitKind::MLIR, "mlir",
-                   "the imported IR (linalg on tensors); -o defaults to -"),
+                   "the graph-level IR (linalg on tensors): the import, "
+                   "plus the training step with --train or the VJP with "
+                   "--vjp; -o defaults to -"),
         clEnumValN(ddpc::EmitKind::LoweredMLIR, "lowered-mlir",
                    "the IR in the LLVM dialect"),
         clEnumValN(ddpc::EmitKind::LLVMIR, "llvm", "optimized LLVM IR"),

@@ -599,6 +599,20 @@ LogicalResult importDropout(NodeContext &ctx) {
   }
   if (ctx.opset < 7 && ctx.attrInt("is_test", 0) == 0)
     return ctx.unsupported("is_test=0 (training mode)");
+  if (ctx.importer.options.trainingMode) {
+    // Training programs would need a random mask from a seeded generator;
+    // refuse rather than silently training without dropout.
+    double ratio = ctx.opset < 12 ? ctx.attrFloat("ratio", 0.5f) : 0.5;
+    if (ctx.opset >= 12 && ctx.hasInput(1)) {
+      auto r = ctx.constInput(1);
+      ratio = r && r->isSplat() ? r->getSplatValue<APFloat>().convertToDouble()
+                                : 0.5;
+    }
+    if (ratio > 0.0)
+      return ctx.unsupported("Dropout with ratio > 0 in a training program "
+                             "(random masks are not implemented yet); remove "
+                             "it or set its ratio to 0");
+  }
   TValue x = ctx.input(0);
   ctx.setOutput(0, x);
   if (ctx.hasOutput(1)) {
