@@ -21,6 +21,7 @@ With --world 2 it starts two ranks (DistributedDataParallel, gloo backend).
 Writes JSON: per-step losses (mean over ranks), per-step seconds, version,
 and the per-step losses of the same training in float64 (oracle_fp64).
 """
+
 import argparse
 import json
 import os
@@ -51,7 +52,9 @@ class OnnxModule(torch.nn.Module):
                 self.register_buffer(key, value)
             else:
                 self.params[key] = torch.nn.Parameter(value)
-        self.consts = {k: torch.from_numpy(np.array(weights[k])) for k in graph["constants"]}
+        self.consts = {
+            k: torch.from_numpy(np.array(weights[k])) for k in graph["constants"]
+        }
 
     def value(self, env: dict, name: str):
         if name in env:
@@ -80,7 +83,9 @@ def run_op(op: str, ins: list, a: dict):
     if op == "MatMul":
         return torch.matmul(ins[0], ins[1])
     if op in ("Add", "Mul", "Div", "Sub"):
-        return {"Add": torch.add, "Mul": torch.mul, "Div": torch.div, "Sub": torch.sub}[op](*ins)
+        return {"Add": torch.add, "Mul": torch.mul, "Div": torch.div, "Sub": torch.sub}[
+            op
+        ](*ins)
     if op == "Relu":
         return F.relu(ins[0])
     if op == "Erf":
@@ -88,9 +93,15 @@ def run_op(op: str, ins: list, a: dict):
     if op == "Conv":
         pads = a.get("pads", [0, 0, 0, 0])
         assert pads[:2] == pads[2:], "asymmetric pads"
-        return F.conv2d(ins[0], ins[1], ins[2] if len(ins) > 2 else None,
-                        stride=a.get("strides", [1, 1]), padding=pads[:2],
-                        dilation=a.get("dilations", [1, 1]), groups=a.get("group", 1))
+        return F.conv2d(
+            ins[0],
+            ins[1],
+            ins[2] if len(ins) > 2 else None,
+            stride=a.get("strides", [1, 1]),
+            padding=pads[:2],
+            dilation=a.get("dilations", [1, 1]),
+            groups=a.get("group", 1),
+        )
     if op in ("MaxPool", "AveragePool"):
         pads = a.get("pads", [0, 0, 0, 0])
         assert pads[:2] == pads[2:], "asymmetric pads"
@@ -100,16 +111,31 @@ def run_op(op: str, ins: list, a: dict):
         return ins[0].mean(dim=tuple(range(2, ins[0].dim())), keepdim=True)
     if op == "BatchNormalization":
         x, scale, bias, mean, var = ins
-        return F.batch_norm(x, mean, var, scale, bias, training=True,
-                            momentum=1.0 - a.get("momentum", 0.9), eps=a.get("epsilon", 1e-5))
+        return F.batch_norm(
+            x,
+            mean,
+            var,
+            scale,
+            bias,
+            training=True,
+            momentum=1.0 - a.get("momentum", 0.9),
+            eps=a.get("epsilon", 1e-5),
+        )
     if op == "LayerNormalization":
         axis = a.get("axis", -1) % ins[0].dim()
-        return F.layer_norm(ins[0], ins[0].shape[axis:], ins[1],
-                            ins[2] if len(ins) > 2 else None, a.get("epsilon", 1e-5))
+        return F.layer_norm(
+            ins[0],
+            ins[0].shape[axis:],
+            ins[1],
+            ins[2] if len(ins) > 2 else None,
+            a.get("epsilon", 1e-5),
+        )
     if op == "Flatten":
         return ins[0].flatten(a.get("axis", 1))
     if op == "Reshape":
-        shape = [ins[0].shape[i] if s == 0 else int(s) for i, s in enumerate(ins[1].tolist())]
+        shape = [
+            ins[0].shape[i] if s == 0 else int(s) for i, s in enumerate(ins[1].tolist())
+        ]
         return ins[0].reshape(shape)
     if op == "Transpose":
         return ins[0].permute(a["perm"])
@@ -122,11 +148,13 @@ def run_op(op: str, ins: list, a: dict):
 
 def make_optimizer(params, args):
     if args.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum,
-                               weight_decay=args.weight_decay)
+        return torch.optim.SGD(
+            params, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
+        )
     b1, b2 = (float(v) for v in args.betas.split(","))
-    return torch.optim.AdamW(params, lr=args.lr, betas=(b1, b2), eps=args.eps,
-                             weight_decay=args.weight_decay)
+    return torch.optim.AdamW(
+        params, lr=args.lr, betas=(b1, b2), eps=args.eps, weight_decay=args.weight_decay
+    )
 
 
 def train_rank(args, rank: int, world: int) -> None:
@@ -152,7 +180,7 @@ def train_rank(args, rank: int, world: int) -> None:
     losses, secs = [], []
     for step in range(args.warmup + args.steps):
         begin = (step * world + rank) * B
-        x, y = x_all[begin:begin + B], y_all[begin:begin + B]
+        x, y = x_all[begin : begin + B], y_all[begin : begin + B]
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(net(x), y)
@@ -167,10 +195,16 @@ def train_rank(args, rank: int, world: int) -> None:
     if world > 1:
         torch.distributed.destroy_process_group()
     if rank == 0:
-        result = {"torch_version": torch.__version__, "world": world, "batch": B,
-                  "warmup": args.warmup, "losses": losses, "step_seconds": secs,
-                  "threads": torch.get_num_threads(),
-                  "losses_fp64": oracle_fp64(args, graph, x_all, y_all, world)}
+        result = {
+            "torch_version": torch.__version__,
+            "world": world,
+            "batch": B,
+            "warmup": args.warmup,
+            "losses": losses,
+            "step_seconds": secs,
+            "threads": torch.get_num_threads(),
+            "losses_fp64": oracle_fp64(args, graph, x_all, y_all, world),
+        }
         with open(args.out, "w") as f:
             json.dump(result, f)
 
@@ -189,7 +223,12 @@ def oracle_fp64(args, graph: dict, x_all, y_all, world: int) -> list:
         total = 0.0
         for r in range(world):
             begin = (step * world + r) * B
-            loss = F.cross_entropy(model(x_all[begin:begin + B].double()), y_all[begin:begin + B]) / world
+            loss = (
+                F.cross_entropy(
+                    model(x_all[begin : begin + B].double()), y_all[begin : begin + B]
+                )
+                / world
+            )
             loss.backward()
             total += float(loss.detach())
         opt.step()
@@ -230,10 +269,19 @@ def main() -> None:
         train_rank(args, args.rank or 0, args.world)
         return
     # Launcher: one process per rank, like torchrun, without its extra agent.
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--rank", str(r)], env=env)
-             for r in range(args.world)]
+    env = dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, *sys.argv[1:], "--rank", str(r)], env=env
+        )
+        for r in range(args.world)
+    ]
     codes = [p.wait() for p in procs]
     if any(codes):
         sys.exit(f"torch_ref: rank exit codes {codes}")

@@ -17,6 +17,7 @@ module from these same initializers, so both sides start from equal weights.
 
     python3 bench/models/make_models.py OUT_DIR [--only NAME ...]
 """
+
 import argparse
 import pathlib
 
@@ -59,12 +60,16 @@ class Graph:
         """A fixed value (shapes, scalars): a Constant node, never trained."""
         name = self.fresh(prefix)
         value = numpy_helper.from_array(array, name + "_value")
-        self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=value))
+        self.nodes.append(
+            helper.make_node("Constant", [], [name], name=name, value=value)
+        )
         return name
 
     def uniform(self, prefix: str, shape: tuple, fan_in: int) -> str:
         bound = 1.0 / np.sqrt(fan_in)
-        return self.init(prefix, self.rng.uniform(-bound, bound, shape).astype(np.float32))
+        return self.init(
+            prefix, self.rng.uniform(-bound, bound, shape).astype(np.float32)
+        )
 
     def node(self, op: str, inputs: list, **attrs) -> str:
         out = self.fresh(op.lower())
@@ -83,19 +88,25 @@ class Graph:
         b = self.uniform("proj_bias", (fout,), fin)
         return self.node("Add", [self.node("MatMul", [x, w]), b])
 
-    def conv(self, x: str, cin: int, cout: int, k: int, stride=1, pad=0, bias=True) -> str:
+    def conv(
+        self, x: str, cin: int, cout: int, k: int, stride=1, pad=0, bias=True
+    ) -> str:
         fan_in = cin * k * k
         ins = [x, self.uniform("conv_weight", (cout, cin, k, k), fan_in)]
         if bias:
             ins.append(self.uniform("conv_bias", (cout,), fan_in))
-        return self.node("Conv", ins, kernel_shape=[k, k], strides=[stride, stride],
-                         pads=[pad] * 4)
+        return self.node(
+            "Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4
+        )
 
     def bn(self, x: str, c: int) -> str:
-        ins = [x, self.init("bn_weight", np.ones(c, np.float32)),
-               self.init("bn_bias", np.zeros(c, np.float32)),
-               self.init("bn_running_mean", np.zeros(c, np.float32)),
-               self.init("bn_running_var", np.ones(c, np.float32))]
+        ins = [
+            x,
+            self.init("bn_weight", np.ones(c, np.float32)),
+            self.init("bn_bias", np.zeros(c, np.float32)),
+            self.init("bn_running_mean", np.zeros(c, np.float32)),
+            self.init("bn_running_var", np.ones(c, np.float32)),
+        ]
         return self.node("BatchNormalization", ins, epsilon=1e-5, momentum=0.9)
 
     def layer_norm(self, x: str, d: int) -> str:
@@ -105,12 +116,17 @@ class Graph:
 
     def model(self, name: str, x_shape: list, out: str) -> onnx.ModelProto:
         graph = helper.make_graph(
-            self.nodes, name,
+            self.nodes,
+            name,
             [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_shape)],
             [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", CLASSES])],
-            self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="ddpc-bench")
+            self.inits,
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            producer_name="ddpc-bench",
+        )
         model.ir_version = 8
         onnx.checker.check_model(model)
         return model
@@ -152,7 +168,9 @@ def resnet18() -> onnx.ModelProto:
     return g.model("resnet18", ["N", 3, 64, 64], g.gemm(x, 512, CLASSES))
 
 
-def transformer(seq: int = 128, d: int = 256, heads: int = 4, ffn: int = 1024) -> onnx.ModelProto:
+def transformer(
+    seq: int = 128, d: int = 256, heads: int = 4, ffn: int = 1024
+) -> onnx.ModelProto:
     g = Graph(0)
     hd = d // heads
     split = g.const("shape", np.array([-1, seq, heads, hd], np.int64))
@@ -162,9 +180,9 @@ def transformer(seq: int = 128, d: int = 256, heads: int = 4, ffn: int = 1024) -
         return g.node("Transpose", [g.node("Reshape", [t, split])], perm=perm)
 
     x = "input"
-    q = heads_of(g.linear3d(x, d, d), [0, 2, 1, 3])       # [N, H, S, hd]
-    k = heads_of(g.linear3d(x, d, d), [0, 2, 3, 1])       # [N, H, hd, S]
-    v = heads_of(g.linear3d(x, d, d), [0, 2, 1, 3])       # [N, H, S, hd]
+    q = heads_of(g.linear3d(x, d, d), [0, 2, 1, 3])  # [N, H, S, hd]
+    k = heads_of(g.linear3d(x, d, d), [0, 2, 3, 1])  # [N, H, hd, S]
+    v = heads_of(g.linear3d(x, d, d), [0, 2, 1, 3])  # [N, H, S, hd]
     scale = g.const("scale", np.array(1.0 / np.sqrt(hd), np.float32))
     scores = g.node("Mul", [g.node("MatMul", [q, k]), scale])
     probs = g.node("Softmax", [scores], axis=-1)
@@ -173,16 +191,31 @@ def transformer(seq: int = 128, d: int = 256, heads: int = 4, ffn: int = 1024) -
     h = g.layer_norm(g.node("Add", [x, attn]), d)
     # Exact GELU written with Erf (Gelu itself is opset 20): x/2 * (1 + erf(x/sqrt2)).
     u = g.linear3d(h, d, ffn)
-    erf = g.node("Erf", [g.node("Div", [u, g.const("sqrt2", np.array(np.sqrt(2.0), np.float32))])])
-    gelu = g.node("Mul", [g.node("Mul", [u, g.node("Add", [erf, g.const("one", np.array(1.0, np.float32))])]),
-                          g.const("half", np.array(0.5, np.float32))])
+    erf = g.node(
+        "Erf",
+        [g.node("Div", [u, g.const("sqrt2", np.array(np.sqrt(2.0), np.float32))])],
+    )
+    gelu = g.node(
+        "Mul",
+        [
+            g.node(
+                "Mul",
+                [u, g.node("Add", [erf, g.const("one", np.array(1.0, np.float32))])],
+            ),
+            g.const("half", np.array(0.5, np.float32)),
+        ],
+    )
     y = g.layer_norm(g.node("Add", [h, g.linear3d(gelu, ffn, d)]), d)
     pooled = g.node("ReduceMean", [y], axes=[1], keepdims=0)
     return g.model("transformer", ["N", seq, d], g.gemm(pooled, d, CLASSES))
 
 
-BUILDERS = {"mlp": mlp, "fashion_cnn": fashion_cnn, "resnet18": resnet18,
-            "transformer": transformer}
+BUILDERS = {
+    "mlp": mlp,
+    "fashion_cnn": fashion_cnn,
+    "resnet18": resnet18,
+    "transformer": transformer,
+}
 
 
 def main() -> None:
