@@ -6,7 +6,7 @@ PYTHON ?= python3
 CMAKE_FLAGS ?=
 
 .PHONY: all setup configure build test test-lit test-unit test-backend \
-        test-light test-python demo demo-inference clean format
+        test-light test-python demo demo-inference bench clean format
 
 all: build
 
@@ -54,6 +54,10 @@ demo: build
 # Inference: real CNN architectures compiled and checked against onnxruntime.
 demo-inference: build
 	$(PYTHON) examples/inference_demo.py --ddpc $(BUILD)/bin/ddpc
+
+# ddpc vs onnxruntime / PyTorch (bench/README.md); not part of `test`.
+bench: build
+	$(PYTHON) bench/run_bench.py --ddpc $(BUILD)/bin/ddpc
 
 format:
 	find include lib tools unittests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
