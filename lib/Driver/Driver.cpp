@@ -307,6 +307,7 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   dims("label", info.labelShape);
   os << "const int32_t ddpc_is_classification = "
      << (info.classification ? 1 : 0) << ";\n";
+  os << "const int64_t ddpc_num_classes = " << info.numClasses << "LL;\n";
   size_t P = info.params.size(), NB = info.buffers.size(), S = info.optSlots;
   emitForwarder(os, "ddpc_train_micro", "train_micro",
                 (2 * P + NB + 2) + (NB + P + 2));

@@ -361,6 +361,12 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
       if (v < 0)
         fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
                    std::to_string(i / ds.labelElems) + " is negative");
+      if (ddpc_num_classes > 0 && v >= ddpc_num_classes)
+        fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
+                   std::to_string(i / ds.labelElems) +
+                   " is out of range: the model has " +
+                   std::to_string(ddpc_num_classes) + " classes (0.." +
+                   std::to_string(ddpc_num_classes - 1) + ")");
       std::memcpy(ds.y.data() + 8 * i, &v, 8);
     } else {
       float v = y.dtype == kOnnxFloat

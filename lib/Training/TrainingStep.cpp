@@ -340,6 +340,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     labelType = RankedTensorType::get({B}, i64);
     info.classification = true;
     info.labelDType = 7;
+    info.numClasses = outType.getDimSize(1);
   } else if (opts.loss == "mse") {
     labelType = outType;
     info.classification = false;

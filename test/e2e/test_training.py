@@ -278,3 +278,17 @@ def test_data_parallel_invariant_sync_batchnorm(ddpc, tmp_path, opt):
     run_train(two, tmp_path, 2, "--epochs", "1", "--save", "two.onnx")
     run_train(one, tmp_path, 1, "--epochs", "1", "--save", "one.onnx")
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
+
+
+def test_labels_out_of_range_rejected(ddpc, tmp_path):
+    """A label >= the number of classes is a one-line error naming the file
+    and sample, not a silent clamp."""
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(64)
+    y[7] = C + 3
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 8)
+    proc = run_train(prog, tmp_path, 1, "--epochs", "1", check=False)
+    assert proc.returncode == 1
+    assert f"label {C + 3} of sample 7 is out of range" in proc.stderr

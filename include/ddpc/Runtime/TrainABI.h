@@ -69,6 +69,9 @@ extern const int64_t ddpc_label_shape[];
 /// 1 when the loss is a classification loss (the runtime then reports
 /// accuracy from the `correct` outputs), 0 otherwise.
 extern const int32_t ddpc_is_classification;
+/// Number of classes for cross-entropy (labels must lie in [0, C)); 0 when
+/// unknown. The runtime provides a weak default of 0.
+extern const int64_t ddpc_num_classes;
 
 /// The original ONNX model with the initializers of all parameters and
 /// buffers removed (a serialized ModelProto). The runtime writes trained

@@ -49,6 +49,8 @@ struct TrainingProgramInfo {
   llvm::SmallVector<int64_t> dataShape, labelShape;
   int32_t labelDType = 7;
   bool classification = true;
+  /// Classes of a cross-entropy loss (logits' last dim); 0 otherwise.
+  int64_t numClasses = 0;
 };
 
 /// Builds the TrainABI functions @train_micro, @apply and @eval in `module`
