@@ -309,8 +309,20 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
      << (info.classification ? 1 : 0) << ";\n";
   os << "const int64_t ddpc_num_classes = " << info.numClasses << "LL;\n";
   size_t P = info.params.size(), NB = info.buffers.size(), S = info.optSlots;
-  emitForwarder(os, "ddpc_train_micro", "train_micro",
-                (2 * P + NB + 2) + (NB + P + 2));
+  // train_micro's last input (rng) comes after the outputs in the ABI.
+  {
+    size_t nin = 2 * P + NB + 2, nout = NB + P + 2;
+    os << "extern void train_micro(";
+    for (size_t i = 0; i < nin + nout + 1; ++i)
+      os << (i ? ", " : "") << "void *";
+    os << ");\nvoid ddpc_train_micro(void **a) {\n  train_micro(";
+    for (size_t i = 0; i < nin; ++i)
+      os << "a[" << i << "], ";
+    os << "a[" << nin + nout << "]";
+    for (size_t i = nin; i < nin + nout; ++i)
+      os << ", a[" << i << "]";
+    os << ");\n}\n";
+  }
   emitForwarder(os, "ddpc_apply", "apply", (P + P * S + P + 3) + (P + P * S));
   emitForwarder(os, "ddpc_eval", "eval", (P + NB + 2) + 2);
   return true;
@@ -457,6 +469,23 @@ int compile(const CompileOptions &options, std::string &error,
     error = "no output file: pass -o FILE";
     return kCompileError;
   }
+  bool textOutput = options.emit == EmitKind::MLIR ||
+                    options.emit == EmitKind::LoweredMLIR ||
+                    options.emit == EmitKind::LLVMIR;
+  if (options.outputPath == "-" && !textOutput) {
+    error = "-o - (stdout) works only with --emit=mlir, lowered-mlir or llvm";
+    return kCompileError;
+  }
+  if (options.outputPath != "-") {
+    // Fail before the (long) compile when the output folder is missing.
+    SmallString<256> dir(options.outputPath);
+    llvm::sys::path::remove_filename(dir);
+    if (!dir.empty() && !llvm::sys::fs::is_directory(dir)) {
+      error = "cannot write '" + options.outputPath + "': folder '" +
+              std::string(dir) + "' does not exist";
+      return kCompileError;
+    }
+  }
   std::string bytes = modelBytes;
   ImportOptions importOptions = options.import;
   if (bytes.empty()) {
@@ -593,7 +622,8 @@ int compile(const CompileOptions &options, std::string &error,
     auto fwdEval = module->lookupSymbol<func::FuncOp>("forward_eval");
     if (failed(buildTrainingFunctions(*module, fwdTrain, fwdEval, options.train,
                                       trainInfo, error)))
-      return kCompileUnsupported;
+      return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
+                                                         : kCompileError;
     if (!runPhase("training", [&](OpPassManager &pm) {
           pm.addPass(createCanonicalizerPass());
         }))

@@ -20,6 +20,8 @@
 #include "ddpc/Runtime/Checkpoint.h"
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/Npy.h"
+
+#include <sys/stat.h>
 #include "ddpc/Runtime/OnnxWriter.h"
 #include "ddpc/Runtime/Sampler.h"
 #include "ddpc/Runtime/TrainABI.h"
@@ -254,6 +256,22 @@ Options parseOptions(int argc, char **argv) {
     fatalError("--checkpoint-every needs --checkpoint");
   if (o.seedGiven && o.shuffleGiven)
     fatalError("--shuffle-seed and --no-shuffle exclude each other");
+  // Output folders must exist before hours of training, not after.
+  for (const auto &[flag, path] :
+       {std::pair<const char *, const std::string *>{"--save", &o.save},
+        {"--checkpoint", &o.checkpoint},
+        {"--log-json", &o.logJson}}) {
+    if (path->empty())
+      continue;
+    std::string dir = ".";
+    size_t slash = path->find_last_of('/');
+    if (slash != std::string::npos)
+      dir = slash == 0 ? "/" : path->substr(0, slash);
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      fatalError(std::string(flag) + " " + *path + ": folder '" + dir +
+                 "' does not exist");
+  }
   return o;
 }
 
@@ -598,7 +616,9 @@ int run(int argc, char **argv) {
   Aligned lrArg(sizeof(float)), stepArg(sizeof(int64_t)),
       scaleArg(sizeof(float));
 
-  std::vector<void *> microArgs(3 * P + 2 * Bf + 4);
+  std::vector<void *> microArgs(3 * P + 2 * Bf + 5);
+  // Random-number input of every micro-batch (TrainABI.h): {seed, rank}.
+  Aligned rngArg(2 * sizeof(int64_t));
   std::vector<void *> applyArgs(3 * P + 2 * P * S + 3);
   std::vector<void *> evalArgs(P + Bf + 4);
 
@@ -703,6 +723,17 @@ int run(int argc, char **argv) {
         microArgs[a++] = gradSets[1 - cg].tensors[i].ptr;
       microArgs[a++] = lossOut.ptr;
       microArgs[a++] = correctOut.ptr;
+      // The seed depends on the sampler seed and the global micro-batch
+      // index only, so it is the same on every rank and across resumes;
+      // compiled Dropout hashes it with the sample's position in the
+      // global batch (rank * B + row).
+      auto *rng = static_cast<int64_t *>(rngArg.ptr);
+      rng[0] = static_cast<int64_t>(
+          pos.seed * 0x9E3779B97F4A7C15ULL +
+          static_cast<uint64_t>(pos.globalStep * K + k + 1) *
+              0xD1B54A32D192ED03ULL);
+      rng[1] = rank;
+      microArgs[a++] = rngArg.ptr;
       ddpc_train_micro(microArgs.data());
       cb = 1 - cb;
       cg = 1 - cg;

@@ -94,6 +94,9 @@ LogicalResult makeVJPFunction(func::FuncOp func, std::string &error) {
 #include "mlir/IR/IRMapping.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace ddpc {
 namespace {
 
@@ -253,6 +256,17 @@ Value scaleTensor(OpBuilder &b, Location loc, Value x, double s) {
             });
 }
 
+/// Shortest round-trippable text of a hyper-parameter (%.17g trimmed).
+std::string fmtNum(double v) {
+  char buf[64];
+  for (int prec = 6; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v)
+      break;
+  }
+  return buf;
+}
+
 void setNames(func::FuncOp f, ArrayRef<std::string> argNames,
               ArrayRef<std::string> resNames) {
   OpBuilder b(f.getContext());
@@ -276,12 +290,15 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
 
   // Classify the forward function's arguments.
   SmallVector<unsigned> paramIdx, bufferIdx, inputIdx;
+  int rngArg = -1;
   for (unsigned i = 0; i < fwdTrain.getNumArguments(); ++i) {
     StringRef r = role(fwdTrain, i);
     if (r == "param")
       paramIdx.push_back(i);
     else if (r == "buffer")
       bufferIdx.push_back(i);
+    else if (r == "rng")
+      rngArg = i;
     else
       inputIdx.push_back(i);
   }
@@ -411,6 +428,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     ins.append(paramTypes);
     ins.push_back(dataType);
     ins.push_back(labelType);
+    ins.push_back(RankedTensorType::get({2}, i64)); // rng {seed, rank}
     outs.append(bufferTypes);
     outs.append(paramTypes);
     outs.push_back(scalarF);
@@ -429,6 +447,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     fwdArgs[dataArg] = data;
     if (labelArg >= 0)
       fwdArgs[labelArg] = labels;
+    if (rngArg >= 0)
+      fwdArgs[rngArg] = entry->getArgument(2 * P + NB + 2);
     SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
     Value out = fwdRes[outIdx];
     Value loss, correct, seed;
@@ -492,6 +512,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       argNames.push_back("grad_acc." + s.name);
     argNames.push_back("data");
     argNames.push_back("labels");
+    argNames.push_back("rng");
     for (const auto &s : info.buffers)
       resNames.push_back("new." + s.name);
     for (const auto &s : info.params)
@@ -513,14 +534,16 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   int S = adamw ? 2 : (opts.momentum != 0.0 ? 1 : 0);
   info.optSlots = S;
   if (adamw)
-    info.optimizerDesc = llvm::formatv(
-        "adamw lr={0} betas=({1},{2}) eps={3} weight_decay={4}", opts.lr,
-        opts.beta1, opts.beta2, opts.eps, opts.weightDecay);
+    info.optimizerDesc = "adamw lr=" + fmtNum(opts.lr) + " betas=(" +
+                         fmtNum(opts.beta1) + "," + fmtNum(opts.beta2) +
+                         ") eps=" + fmtNum(opts.eps) +
+                         " weight_decay=" + fmtNum(opts.weightDecay);
   else
-    info.optimizerDesc = llvm::formatv(
-        "sgd lr={0} momentum={1} dampening={2} nesterov={3} weight_decay={4}",
-        opts.lr, opts.momentum, opts.dampening, opts.nesterov ? 1 : 0,
-        opts.weightDecay);
+    info.optimizerDesc = "sgd lr=" + fmtNum(opts.lr) + " momentum=" +
+                         fmtNum(opts.momentum) + " dampening=" +
+                         fmtNum(opts.dampening) + " nesterov=" +
+                         (opts.nesterov ? "1" : "0") +
+                         " weight_decay=" + fmtNum(opts.weightDecay);
   {
     SmallVector<Type> ins, outs;
     ins.append(paramTypes);

@@ -91,7 +91,11 @@ extern const int64_t ddpc_onnx_model_size;
 /// updated buffers (BatchNorm running statistics, training mode).
 ///   args = [params(P), buffers(Bf), grad_acc(P), data, labels,
 ///           /*outputs*/ new_buffers(Bf), new_grad_acc(P),
-///           loss (f32 scalar, mean over B), correct (i64 scalar)]
+///           loss (f32 scalar, mean over B), correct (i64 scalar),
+///           rng (i64[2] input: {seed of this micro-batch, rank})]
+/// `rng` comes last so that older steps that ignore it keep their layout.
+/// Dropout masks are a hash of the seed and the element's position in the
+/// global batch, so they do not depend on how the batch is split.
 void ddpc_train_micro(void **args);
 
 /// One optimizer step: sums grad_acc over ranks (it calls

@@ -168,6 +168,8 @@ public:
   /// Training mode: new values of buffers (BatchNorm running statistics), by
   /// buffer name, in the order they were produced.
   llvm::SmallVector<std::pair<std::string, TValue>> bufferUpdates;
+  /// Training mode: the {seed, rank} i64[2] argument Dropout hashes.
+  mlir::Value rngArg;
   /// Names of the buffer arguments (parameterized running statistics).
   llvm::StringSet<> bufferNames;
 

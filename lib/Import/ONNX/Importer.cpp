@@ -628,6 +628,20 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     argInfos.push_back(&vi);
   }
 
+  // Every --dim must name a symbolic dimension of some graph input.
+  for (const auto &kv : options.dims) {
+    bool found = false;
+    for (const auto &vi : graph.input())
+      for (const auto &d : vi.type().tensor_type().shape().dim())
+        found |= d.has_dim_param() && d.dim_param() == kv.first;
+    if (!found) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--dim " + kv.first +
+                        ": no graph input has a symbolic dimension of that "
+                        "name");
+      return nullptr;
+    }
+  }
   for (const auto &kv : options.boundInputs) {
     bool found = false;
     for (const auto &vi : graph.input())
@@ -650,8 +664,21 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
       if (node.op_type() == "BatchNormalization")
         for (int i = 3; i <= 4 && i < node.input_size(); ++i)
           gi.bufferNames.insert(node.input(i));
+    // Initializers read only at non-differentiable inputs (Dropout's ratio,
+    // Clip's bounds, Pow's exponent) stay constants: they configure ops.
+    auto configSlot = [](const onnx::NodeProto &n, int i) {
+      StringRef op = n.op_type();
+      return (op == "Dropout" && i >= 1) || (op == "Clip" && i >= 1) ||
+             (op == "Pow" && i == 1);
+    };
+    llvm::StringSet<> differentiableUse;
+    for (const auto &node : graph.node())
+      for (int i = 0; i < node.input_size(); ++i)
+        if (!configSlot(node, i))
+          differentiableUse.insert(node.input(i));
     for (const auto &t : graph.initializer()) {
-      if (!isFloatDType(t.data_type()) || frozen.contains(t.name()))
+      if (!isFloatDType(t.data_type()) || frozen.contains(t.name()) ||
+          !differentiableUse.contains(t.name()))
         continue;
       bool isBuffer = gi.bufferNames.contains(t.name());
       stateArgs.push_back({t.name(), isBuffer ? "buffer" : "param"});
@@ -684,6 +711,14 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     }
   }
 
+  // Training: Dropout needs random bits, from an i64[2] {seed, rank} input.
+  bool needsRng = false;
+  if (options.trainingMode)
+    for (const auto &node : graph.node())
+      needsRng |= node.op_type() == "Dropout";
+  if (needsRng)
+    argTypes.push_back(RankedTensorType::get({2}, b.getI64Type()));
+
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(b, loc, options.funcName,
                                    b.getFunctionType(argTypes, {}));
@@ -705,6 +740,12 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     func.setArgAttr(i, "ddpc.name", b.getStringAttr(state.first));
     func.setArgAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
     func.setArgAttr(i, "ddpc.role", b.getStringAttr(state.second));
+  }
+  if (needsRng) {
+    unsigned i = argTypes.size() - 1;
+    gi.rngArg = entry->getArgument(i);
+    func.setArgAttr(i, "ddpc.name", b.getStringAttr("rng"));
+    func.setArgAttr(i, "ddpc.role", b.getStringAttr("rng"));
   }
 
   const OpRegistry &ops = getRegistry();

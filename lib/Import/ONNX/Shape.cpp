@@ -581,6 +581,86 @@ LogicalResult importIdentity(NodeContext &ctx) {
   return success();
 }
 
+/// Dropout in a training program: keep an element with probability
+/// 1 - ratio and scale kept elements by 1 / (1 - ratio) (inverted dropout, as
+/// torch.nn.Dropout). The uniform number of element i is splitmix64 (Steele,
+/// Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA
+/// 2014) of seed + (rank * numel + i) * golden-ratio, i.e. a function of the
+/// element's position in the global batch: masks do not depend on how the
+/// batch is split over ranks.
+LogicalResult importDropoutTraining(NodeContext &ctx, double ratio) {
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (ratio >= 1.0)
+    return ctx.invalid("ratio must be < 1");
+  Value rng = ctx.importer.rngArg;
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  int64_t numel = numElements(x.shape());
+  int64_t rank = x.rank();
+  SmallVector<int64_t> strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * x.shape()[d + 1];
+  auto keepBit = [=](OpBuilder &nb, Location l) -> Value {
+    Type i64 = nb.getI64Type();
+    auto cst = [&](uint64_t v) -> Value {
+      return arith::ConstantOp::create(
+          nb, l, IntegerAttr::get(i64, APInt(64, v)));
+    };
+    Value zero = arith::ConstantIndexOp::create(nb, l, 0);
+    Value one = arith::ConstantIndexOp::create(nb, l, 1);
+    Value seed = tensor::ExtractOp::create(nb, l, rng, ValueRange{zero});
+    Value rk = tensor::ExtractOp::create(nb, l, rng, ValueRange{one});
+    Value idx = arith::MulIOp::create(nb, l, rk, cst(numel));
+    for (int64_t d = 0; d < rank; ++d) {
+      Value i = arith::IndexCastOp::create(nb, l, i64,
+                                           linalg::IndexOp::create(nb, l, d));
+      idx = arith::AddIOp::create(nb, l, idx,
+                                  arith::MulIOp::create(nb, l, i, cst(strides[d])));
+    }
+    Value z = arith::AddIOp::create(
+        nb, l, seed,
+        arith::MulIOp::create(nb, l, arith::AddIOp::create(nb, l, idx, cst(1)),
+                              cst(0x9E3779B97F4A7C15ULL)));
+    auto mix = [&](Value v, int64_t shift, uint64_t mul) -> Value {
+      Value s = arith::ShRUIOp::create(nb, l, v, cst(shift));
+      v = arith::XOrIOp::create(nb, l, v, s);
+      return mul ? arith::MulIOp::create(nb, l, v, cst(mul)).getResult() : v;
+    };
+    z = mix(z, 30, 0xBF58476D1CE4E5B9ULL);
+    z = mix(z, 27, 0x94D049BB133111EBULL);
+    z = mix(z, 31, 0);
+    // 53 random bits -> [0, 1).
+    Value u = arith::UIToFPOp::create(
+        nb, l, nb.getF64Type(), arith::ShRUIOp::create(nb, l, z, cst(11)));
+    u = arith::MulFOp::create(nb, l, u,
+                              scalarConst(nb, l, nb.getF64Type(),
+                                          1.0 / 9007199254740992.0));
+    return arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGE, u,
+                                 scalarConst(nb, l, nb.getF64Type(), ratio));
+  };
+  Type elem = x.elementType();
+  double scale = 1.0 / (1.0 - ratio);
+  Value y = buildElementwise(
+      b, loc, x.value, x.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value keep = keepBit(nb, l);
+        Value scaled =
+            arith::MulFOp::create(nb, l, a[0], scalarConst(nb, l, elem, scale));
+        return arith::SelectOp::create(nb, l, keep, scaled,
+                                       scalarConst(nb, l, elem, 0.0));
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  if (ctx.hasOutput(1)) {
+    Value mask = buildElementwise(
+        b, loc, ValueRange{}, x.shape(), b.getI1Type(),
+        [&](OpBuilder &nb, Location l, ValueRange) { return keepBit(nb, l); });
+    ctx.setOutput(1, {mask, kBool});
+  }
+  return success();
+}
+
 /// Dropout in inference mode is the identity; the optional mask is all true.
 LogicalResult importDropout(NodeContext &ctx) {
   if (ctx.opset >= 12 && ctx.hasInput(2)) {
@@ -609,9 +689,7 @@ LogicalResult importDropout(NodeContext &ctx) {
                                 : 0.5;
     }
     if (ratio > 0.0)
-      return ctx.unsupported("Dropout with ratio > 0 in a training program "
-                             "(random masks are not implemented yet); remove "
-                             "it or set its ratio to 0");
+      return importDropoutTraining(ctx, ratio);
   }
   TValue x = ctx.input(0);
   ctx.setOutput(0, x);
