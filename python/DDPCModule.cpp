@@ -49,7 +49,8 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
              std::optional<ddpc::TrainOptions> train,
              const std::string &runtimeLibDir, bool captureStages,
              const std::string &cpu, unsigned optLevel, bool fuseElementwise,
-             bool runChecker, const std::string &dumpIRDir, bool verbose, bool vjp) {
+             bool runChecker, const std::string &dumpIRDir, bool verbose,
+             bool vjp) {
   ddpc::CompileOptions options;
   options.inputPath = inputPath;
   options.outputPath = outputPath;

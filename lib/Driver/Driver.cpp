@@ -93,9 +93,8 @@ public:
     StringRef arg = pass->getArgument();
     std::string name = arg.empty() ? pass->getName().str() : arg.str();
     SmallString<256> path(dir);
-    llvm::sys::path::append(path, llvm::formatv("{0:d2}_{1}.mlir", counter++,
-                                                name)
-                                      .str());
+    llvm::sys::path::append(
+        path, llvm::formatv("{0:d2}_{1}.mlir", counter++, name).str());
     std::string err;
     (void)writeFileAtomic(std::string(path), printOp(op), err);
   }
@@ -158,7 +157,8 @@ std::string generateGlue(StringRef modelName, const std::vector<TensorSig> &ins,
   auto table = [&](StringRef prefix, const std::vector<TensorSig> &v) {
     os << "const int32_t ddpc_num_" << prefix << "s = " << v.size() << ";\n";
     for (size_t i = 0; i < v.size(); ++i) {
-      os << "static const int64_t ddpc_" << prefix << "_shape_" << i << "[] = {";
+      os << "static const int64_t ddpc_" << prefix << "_shape_" << i
+         << "[] = {";
       for (int64_t d : v[i].shape)
         os << d << "LL, ";
       os << "0};\n";
@@ -191,7 +191,6 @@ std::string generateGlue(StringRef modelName, const std::vector<TensorSig> &ins,
   os << ");\n}\n";
   return s;
 }
-
 
 /// Forwarding wrapper `void <abiName>(void **args)` -> `<fn>(args[0], ...)`.
 void emitForwarder(llvm::raw_ostream &os, StringRef abiName, StringRef fn,
@@ -254,7 +253,8 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
         "#include <stdint.h>\n";
   os << "__asm__(\".section .rodata\\n.balign 64\\n"
         ".global ddpc_state_blob\\nddpc_state_blob:\\n.incbin \\\""
-     << statePath << "\\\"\\n.balign 64\\n.global ddpc_onnx_model\\n"
+     << statePath
+     << "\\\"\\n.balign 64\\n.global ddpc_onnx_model\\n"
         "ddpc_onnx_model:\\n.incbin \\\""
      << modelPath << "\\\"\\n.byte 0\\n.previous\");\n";
   os << "extern const unsigned char ddpc_state_blob[];\n";
@@ -262,7 +262,8 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   os << "const int64_t ddpc_onnx_model_size = " << strippedModel.size()
      << "LL;\n";
   size_t next = 0;
-  auto table = [&](StringRef kind, const std::vector<TrainingProgramInfo::State> &v) {
+  auto table = [&](StringRef kind,
+                   const std::vector<TrainingProgramInfo::State> &v) {
     os << "const int32_t ddpc_num_" << kind << "s = " << v.size() << ";\n";
     for (size_t i = 0; i < v.size(); ++i) {
       os << "static const int64_t ddpc_" << kind << "_shape_" << i << "[] = {";
@@ -331,8 +332,8 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
 /// The model without the initializers that training replaces (parameters
 /// and buffers), serialized: the runtime appends the trained ones.
 bool stripTrainedInitializers(const std::string &bytes,
-                              const TrainingProgramInfo &info,
-                              std::string &out, std::string &error) {
+                              const TrainingProgramInfo &info, std::string &out,
+                              std::string &error) {
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes)) {
     error = "cannot re-parse the model";
@@ -392,8 +393,8 @@ std::string buildReport(ModuleOp module, StringRef modelName,
           {"name", cast<StringAttr>(d.get("name")).str()},
           {"shape", std::move(shape)},
           {"bytes", bytes},
-          {"trainable", trainable.contains(
-                            cast<StringAttr>(d.get("name")).getValue())}});
+          {"trainable",
+           trainable.contains(cast<StringAttr>(d.get("name")).getValue())}});
     }
   }
   root["parameters"] = std::move(params);
@@ -446,8 +447,8 @@ int runTool(ArrayRef<std::string> argv, std::string &error) {
   std::string errPath(errFile);
   std::optional<StringRef> redirects[] = {std::nullopt, StringRef(errPath),
                                           StringRef(errPath)};
-  int rc = llvm::sys::ExecuteAndWait(*prog, args, std::nullopt, redirects, 0,
-                                     0, &msg);
+  int rc = llvm::sys::ExecuteAndWait(*prog, args, std::nullopt, redirects, 0, 0,
+                                     &msg);
   if (rc != 0) {
     auto buf = llvm::MemoryBuffer::getFile(errFile);
     std::string out = buf ? (*buf)->getBuffer().str() : msg;
@@ -590,10 +591,10 @@ int compile(const CompileOptions &options, std::string &error,
       pm.addInstrumentation(std::make_unique<DumpIRInstrumentation>(
           options.dumpIRDir, &dumpCounter));
     if (options.printIRAfterAll)
-      pm.enableIRPrinting(
-          [](Pass *, Operation *) { return false; },
-          [](Pass *, Operation *) { return true; },
-          /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+      pm.enableIRPrinting([](Pass *, Operation *) { return false; },
+                          [](Pass *, Operation *) { return true; },
+                          /*printModuleScope=*/true,
+                          /*printAfterOnlyOnChange=*/false);
     build(pm);
     std::string diag;
     llvm::raw_string_ostream diagOS(diag);
@@ -630,9 +631,8 @@ int compile(const CompileOptions &options, std::string &error,
       return kCompileError;
     if (failed(insertGradientAllReduce(*module, error)))
       return kCompileError;
-    if (!runPhase("parallel", [&](OpPassManager &pm) {
-          pm.addPass(createCSEPass());
-        }))
+    if (!runPhase("parallel",
+                  [&](OpPassManager &pm) { pm.addPass(createCSEPass()); }))
       return kCompileError;
   }
   // --emit=mlir: the graph-level IR (with --train/--vjp, after synthesis).
@@ -668,8 +668,8 @@ int compile(const CompileOptions &options, std::string &error,
     error = "cannot create a temporary folder: " + ec.message();
     return kCompileError;
   }
-  auto cleanup = llvm::make_scope_exit(
-      [&] { llvm::sys::fs::remove_directories(tmpDir); });
+  auto cleanup =
+      llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(tmpDir); });
   if (options.emit == EmitKind::LLVMIR) {
     SmallString<256> p(tmpDir);
     llvm::sys::path::append(p, "model.ll");
@@ -730,17 +730,9 @@ int compile(const CompileOptions &options, std::string &error,
   std::vector<std::string> argv = {cxx ? cxx : "c++", "-O2"};
   if (options.emit == EmitKind::SharedLibrary)
     argv.push_back("-shared");
-  argv.insert(argv.end(), {"-o",
-                                   tmpOut,
-                                   "-x",
-                                   "c",
-                                   std::string(gluePath),
-                                   "-x",
-                                   "none",
-                                   objPath,
-                                   std::string(rtLib),
-                                   "-lm",
-                                   "-lpthread"});
+  argv.insert(argv.end(),
+              {"-o", tmpOut, "-x", "c", std::string(gluePath), "-x", "none",
+               objPath, std::string(rtLib), "-lm", "-lpthread"});
   if (training) {
     // MPI link flags recorded by the runtime's CMake configuration.
     SmallString<256> linkFile(options.runtimeLibDir);

@@ -33,13 +33,13 @@ void buildGraphOptimizationPipeline(OpPassManager &pm,
     addPipeline(pm, "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)");
 }
 
-void buildBufferizationPipeline(OpPassManager &pm,
-                                const CPUPipelineOptions &) {
+void buildBufferizationPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   addPipeline(pm, "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
                   "one-shot-bufferize{bufferize-function-boundaries "
                   "function-boundary-type-conversion=identity-layout-map},"
                   "func.func(canonicalize),"
-                  "buffer-results-to-out-params{hoist-static-allocs modify-public-functions},"
+                  "buffer-results-to-out-params{hoist-static-allocs "
+                  "modify-public-functions},"
                   "buffer-deallocation-pipeline,canonicalize");
 }
 

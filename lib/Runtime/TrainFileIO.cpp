@@ -18,8 +18,7 @@ uint64_t fnv1a64(const void *data, size_t size, uint64_t hash) {
   return hash;
 }
 
-AtomicFileWriter::AtomicFileWriter(std::string path)
-    : path(std::move(path)) {
+AtomicFileWriter::AtomicFileWriter(std::string path) : path(std::move(path)) {
   tmpPath = this->path + ".tmp." + std::to_string(::getpid());
 }
 

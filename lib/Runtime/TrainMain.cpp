@@ -21,10 +21,10 @@
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/Npy.h"
 
-#include <sys/stat.h>
 #include "ddpc/Runtime/OnnxWriter.h"
 #include "ddpc/Runtime/Sampler.h"
 #include "ddpc/Runtime/TrainABI.h"
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -60,7 +60,8 @@ public:
   ~Aligned() { std::free(ptr); }
 
   void allocate(size_t bytes) {
-    size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    size_t rounded =
+        (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
     ptr = std::aligned_alloc(kAlign, rounded);
     if (!ptr)
       fatalError("out of memory allocating " + std::to_string(bytes) +
@@ -311,9 +312,8 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   if (!readNpy(dataPath, x, err))
     fatalError(err);
   std::vector<int64_t> rowShape = tail(ddpc_data_shape, ddpc_data_rank);
-  std::vector<int64_t> gotRest(x.shape.empty() ? x.shape.begin()
-                                               : x.shape.begin() + 1,
-                               x.shape.end());
+  std::vector<int64_t> gotRest(
+      x.shape.empty() ? x.shape.begin() : x.shape.begin() + 1, x.shape.end());
   if ((x.dtype != kOnnxFloat && x.dtype != 11) || x.shape.empty() ||
       gotRest != rowShape)
     fatalError(dataPath + ": expected float32 data of shape " +
@@ -339,15 +339,22 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   std::vector<int64_t> expect = labelRest;
   expect.insert(expect.begin(), ds.n);
   bool isInt = ddpc_label_dtype == kOnnxInt64;
-  const char *accepted =
-      isInt ? "int64 (or int32/int16/int8/uint8/uint16/uint32)"
-            : "float32 (or float64)";
+  const char *accepted = isInt
+                             ? "int64 (or int32/int16/int8/uint8/uint16/uint32)"
+                             : "float32 (or float64)";
   bool dtypeOk;
   switch (y.dtype) {
-  case 2: case 3: case 4: case 5: case 6: case 7: case 12:
+  case 2:
+  case 3:
+  case 4:
+  case 5:
+  case 6:
+  case 7:
+  case 12:
     dtypeOk = isInt;
     break;
-  case 1: case 11:
+  case 1:
+  case 11:
     dtypeOk = !isInt;
     break;
   default:
@@ -368,13 +375,27 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
     if (isInt) {
       int64_t v = 0;
       switch (y.dtype) {
-      case 2: v = loadAs<uint8_t>(src + i); break;
-      case 3: v = loadAs<int8_t>(src + i); break;
-      case 4: v = loadAs<uint16_t>(src + 2 * i); break;
-      case 5: v = loadAs<int16_t>(src + 2 * i); break;
-      case 6: v = loadAs<int32_t>(src + 4 * i); break;
-      case 12: v = loadAs<uint32_t>(src + 4 * i); break;
-      default: v = loadAs<int64_t>(src + 8 * i); break;
+      case 2:
+        v = loadAs<uint8_t>(src + i);
+        break;
+      case 3:
+        v = loadAs<int8_t>(src + i);
+        break;
+      case 4:
+        v = loadAs<uint16_t>(src + 2 * i);
+        break;
+      case 5:
+        v = loadAs<int16_t>(src + 2 * i);
+        break;
+      case 6:
+        v = loadAs<int32_t>(src + 4 * i);
+        break;
+      case 12:
+        v = loadAs<uint32_t>(src + 4 * i);
+        break;
+      default:
+        v = loadAs<int64_t>(src + 8 * i);
+        break;
       }
       if (v < 0)
         fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
@@ -446,8 +467,7 @@ int run(int argc, char **argv) {
   const std::vector<TensorInfo> buffers =
       readTable(ddpc_num_buffers, ddpc_buffer_names, ddpc_buffer_ranks,
                 ddpc_buffer_shapes);
-  const int32_t P = ddpc_num_params, Bf = ddpc_num_buffers,
-                S = ddpc_opt_slots;
+  const int32_t P = ddpc_num_params, Bf = ddpc_num_buffers, S = ddpc_opt_slots;
   std::vector<TensorInfo> slots;
   for (const TensorInfo &p : params)
     for (int32_t s = 0; s < S; ++s)
@@ -465,8 +485,8 @@ int run(int argc, char **argv) {
     fatalError(opt.data + ": " + std::to_string(train.n) +
                " samples are fewer than one optimizer step needs (" +
                std::to_string(globalBatch * K) + " = batch " +
-               std::to_string(B) + " x " + std::to_string(world) +
-               " ranks x " + std::to_string(K) + " micro-batches)");
+               std::to_string(B) + " x " + std::to_string(world) + " ranks x " +
+               std::to_string(K) + " micro-batches)");
 
   // State, double-buffered: the step functions write outputs into the other
   // half, then the halves swap.
@@ -503,8 +523,8 @@ int run(int argc, char **argv) {
     if (!readCheckpoint(opt.resume, c, err))
       fatalError(err);
     auto mismatch = [&](const std::string &what) {
-      fatalError(opt.resume + ": checkpoint does not match this program: " +
-                 what);
+      fatalError(opt.resume +
+                 ": checkpoint does not match this program: " + what);
     };
     if (c.modelName != (ddpc_model_name ? ddpc_model_name : ""))
       mismatch("model '" + c.modelName + "', program model '" +
@@ -524,23 +544,22 @@ int run(int argc, char **argv) {
                std::to_string(opt.seed));
     if (opt.shuffleGiven && c.shuffle)
       mismatch("it was written by a shuffled run, this run has --no-shuffle");
-    auto checkSection = [&](const char *kind,
-                            const std::vector<CheckpointTensor> &got,
-                            const std::vector<TensorInfo> &want,
-                            TensorSet &dst) {
-      if (got.size() != want.size())
-        mismatch(std::to_string(got.size()) + " " + kind + ", expected " +
-                 std::to_string(want.size()));
-      for (size_t i = 0; i < want.size(); ++i) {
-        if (got[i].name != want[i].name || got[i].shape != want[i].shape)
-          mismatch(std::string(kind) + " #" + std::to_string(i) + " is '" +
-                   got[i].name + "' " + formatShape(got[i].shape) +
-                   ", expected '" + want[i].name + "' " +
-                   formatShape(want[i].shape));
-        std::memcpy(dst.tensors[i].ptr, got[i].values.data(),
-                    want[i].numel * sizeof(float));
-      }
-    };
+    auto checkSection =
+        [&](const char *kind, const std::vector<CheckpointTensor> &got,
+            const std::vector<TensorInfo> &want, TensorSet &dst) {
+          if (got.size() != want.size())
+            mismatch(std::to_string(got.size()) + " " + kind + ", expected " +
+                     std::to_string(want.size()));
+          for (size_t i = 0; i < want.size(); ++i) {
+            if (got[i].name != want[i].name || got[i].shape != want[i].shape)
+              mismatch(std::string(kind) + " #" + std::to_string(i) + " is '" +
+                       got[i].name + "' " + formatShape(got[i].shape) +
+                       ", expected '" + want[i].name + "' " +
+                       formatShape(want[i].shape));
+            std::memcpy(dst.tensors[i].ptr, got[i].values.data(),
+                        want[i].numel * sizeof(float));
+          }
+        };
     checkSection("parameters", c.params, params, paramSets[0]);
     checkSection("buffers", c.buffers, buffers, bufferSets[0]);
     checkSection("optimizer state tensors", c.optState, slots, optSets[0]);
@@ -562,8 +581,7 @@ int run(int argc, char **argv) {
   // Rank 0's state is everyone's state.
   broadcastBytes(&pos, sizeof(pos), "broadcast of the training position");
   for (int32_t i = 0; i < P; ++i)
-    broadcastBytes(paramSets[0].tensors[i].ptr,
-                   params[i].numel * sizeof(float),
+    broadcastBytes(paramSets[0].tensors[i].ptr, params[i].numel * sizeof(float),
                    "broadcast of the initial parameters");
   for (int32_t i = 0; i < Bf; ++i)
     broadcastBytes(bufferSets[0].tensors[i].ptr,
@@ -571,8 +589,7 @@ int run(int argc, char **argv) {
                    "broadcast of the initial buffers");
   if (resumed)
     for (size_t i = 0; i < slots.size(); ++i)
-      broadcastBytes(optSets[0].tensors[i].ptr,
-                     slots[i].numel * sizeof(float),
+      broadcastBytes(optSets[0].tensors[i].ptr, slots[i].numel * sizeof(float),
                      "broadcast of the optimizer state");
 
   const float lr = opt.lrGiven ? opt.lr : ddpc_default_lr;
@@ -603,8 +620,8 @@ int run(int argc, char **argv) {
   if (rank == 0 && !opt.logJson.empty()) {
     logFile = std::fopen(opt.logJson.c_str(), "a");
     if (!logFile)
-      fatalError("cannot open '" + opt.logJson + "' for appending: " +
-                 std::strerror(errno));
+      fatalError("cannot open '" + opt.logJson +
+                 "' for appending: " + std::strerror(errno));
   }
 
   // Micro-batch staging buffers.
@@ -784,19 +801,17 @@ int run(int argc, char **argv) {
 
     if (rank == 0) {
       if (logFile) {
-        std::fprintf(logFile,
-                     "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,"
-                     "\"samples_per_s\":%s,\"lr\":%s}\n",
-                     static_cast<long long>(pos.globalStep),
-                     static_cast<long long>(pos.epoch + 1),
-                     jsonNumber(stepLoss).c_str(),
-                     jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0)
-                         .c_str(),
-                     jsonNumber(lr).c_str());
+        std::fprintf(
+            logFile,
+            "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,"
+            "\"samples_per_s\":%s,\"lr\":%s}\n",
+            static_cast<long long>(pos.globalStep),
+            static_cast<long long>(pos.epoch + 1), jsonNumber(stepLoss).c_str(),
+            jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0).c_str(),
+            jsonNumber(lr).c_str());
         std::fflush(logFile);
       }
-      bool show = !opt.quiet &&
-                  (tty || pos.stepInEpoch % progressEvery == 0) &&
+      bool show = !opt.quiet && (tty || pos.stepInEpoch % progressEvery == 0) &&
                   pos.stepInEpoch != stepsPerEp;
       if (show) {
         std::printf("%sepoch %lld/%lld  step %lld/%lld  loss %.4f%s",
@@ -871,11 +886,11 @@ int run(int argc, char **argv) {
   if (rank == 0 && !opt.save.empty()) {
     std::vector<OnnxInitializer> inits;
     for (int32_t i = 0; i < P; ++i)
-      inits.push_back({params[i].name, params[i].shape,
-                       paramSets[cp].tensors[i].f()});
+      inits.push_back(
+          {params[i].name, params[i].shape, paramSets[cp].tensors[i].f()});
     for (int32_t i = 0; i < Bf; ++i)
-      inits.push_back({buffers[i].name, buffers[i].shape,
-                       bufferSets[cb].tensors[i].f()});
+      inits.push_back(
+          {buffers[i].name, buffers[i].shape, bufferSets[cb].tensors[i].f()});
     std::string err;
     if (!writeTrainedOnnx(opt.save, ddpc_onnx_model,
                           static_cast<size_t>(ddpc_onnx_model_size), inits,

@@ -113,8 +113,9 @@ public:
         add(other, sel(eq, g, zero));
       } else {
         Value firstWins = arith::CmpFOp::create(
-            b, loc, isMax ? arith::CmpFPredicate::OGE : arith::CmpFPredicate::OLE,
-            x, z);
+            b, loc,
+            isMax ? arith::CmpFPredicate::OGE : arith::CmpFPredicate::OLE, x,
+            z);
         add(x, sel(firstWins, g, zero));
         add(z, sel(firstWins, zero, g));
       }
@@ -134,8 +135,8 @@ public:
           mul(g, arith::SubFOp::create(b, loc, c(1.0), mul(y, y))));
     } else if (isa<math::ErfOp>(op)) {
       Value x = op->getOperand(0);
-      Value e = math::ExpOp::create(b, loc,
-                                    arith::NegFOp::create(b, loc, mul(x, x)));
+      Value e =
+          math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, mul(x, x)));
       add(x, mul(g, mul(c(1.1283791670955126), e)));
     } else if (isa<math::PowFOp>(op)) {
       Value x = op->getOperand(0), p = op->getOperand(1);
@@ -246,9 +247,9 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
   // no accumulator (an init that is read would make elementwise fusion
   // re-accumulate it across the loops of a consumer).
   bool accumulate = llvm::is_contained(iters, utils::IteratorType::reduction);
-  Value init = accumulate ? zerosLike(b, loc, gradShape, elem)
-                          : tensor::EmptyOp::create(b, loc, gradShape, elem)
-                                .getResult();
+  Value init =
+      accumulate ? zerosLike(b, loc, gradShape, elem)
+                 : tensor::EmptyOp::create(b, loc, gradShape, elem).getResult();
   std::string bodyError;
   auto grad = linalg::GenericOp::create(
       b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters,
@@ -290,10 +291,10 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
 
 } // namespace
 
-FailureOr<SmallVector<Value>>
-buildVJP(OpBuilder &b, Location loc,
-         ArrayRef<std::pair<Value, Value>> seeds, ArrayRef<Value> wrt,
-         std::string &error) {
+FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
+                                       ArrayRef<std::pair<Value, Value>> seeds,
+                                       ArrayRef<Value> wrt,
+                                       std::string &error) {
   Block *block = b.getInsertionBlock();
   // Forward ops: everything in the block before the insertion point.
   SmallVector<Operation *> forward;
@@ -358,44 +359,40 @@ buildVJP(OpBuilder &b, Location loc,
         strides.push_back(b.getIndexAttr(1));
       }
       addGrad(pad.getSource(),
-              tensor::ExtractSliceOp::create(b, loc, srcType, g, offsets,
-                                             sizes, strides));
+              tensor::ExtractSliceOp::create(b, loc, srcType, g, offsets, sizes,
+                                             strides));
       continue;
     }
     if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
       auto srcType = slice.getSourceType();
-      Value z = zerosLike(b, loc, srcType.getShape(),
-                          srcType.getElementType());
+      Value z = zerosLike(b, loc, srcType.getShape(), srcType.getElementType());
       addGrad(slice.getSource(),
               tensor::InsertSliceOp::create(
-                  b, loc, g, z, slice.getMixedOffsets(),
-                  slice.getMixedSizes(), slice.getMixedStrides()));
+                  b, loc, g, z, slice.getMixedOffsets(), slice.getMixedSizes(),
+                  slice.getMixedStrides()));
       continue;
     }
     if (auto ins = dyn_cast<tensor::InsertSliceOp>(op)) {
       auto srcType = ins.getSourceType();
       if (active.contains(ins.getSource()))
         addGrad(ins.getSource(),
-                tensor::ExtractSliceOp::create(b, loc, srcType, g,
-                                               ins.getMixedOffsets(),
-                                               ins.getMixedSizes(),
-                                               ins.getMixedStrides()));
+                tensor::ExtractSliceOp::create(
+                    b, loc, srcType, g, ins.getMixedOffsets(),
+                    ins.getMixedSizes(), ins.getMixedStrides()));
       if (active.contains(ins.getDest())) {
-        Value z = zerosLike(b, loc, srcType.getShape(),
-                            srcType.getElementType());
-        addGrad(ins.getDest(),
-                tensor::InsertSliceOp::create(b, loc, z, g,
-                                              ins.getMixedOffsets(),
-                                              ins.getMixedSizes(),
-                                              ins.getMixedStrides()));
+        Value z =
+            zerosLike(b, loc, srcType.getShape(), srcType.getElementType());
+        addGrad(ins.getDest(), tensor::InsertSliceOp::create(
+                                   b, loc, z, g, ins.getMixedOffsets(),
+                                   ins.getMixedSizes(), ins.getMixedStrides()));
       }
       continue;
     }
     if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op)) {
       Value src = op->getOperand(0);
-      addGrad(src, buildReshape(
-                       b, loc, g,
-                       cast<RankedTensorType>(src.getType()).getShape()));
+      addGrad(src,
+              buildReshape(b, loc, g,
+                           cast<RankedTensorType>(src.getType()).getShape()));
       continue;
     }
     if (auto call = dyn_cast<func::CallOp>(op)) {

@@ -104,10 +104,9 @@ using BodyFn = std::function<Value(OpBuilder &, Location, ValueRange)>;
 
 Value ew(OpBuilder &b, Location loc, ValueRange ins, ArrayRef<int64_t> shape,
          Type elem, const BodyFn &fn) {
-  return buildElementwise(b, loc, ins, shape, elem,
-                          [&](OpBuilder &nb, Location l, ValueRange a) {
-                            return fn(nb, l, a);
-                          });
+  return buildElementwise(
+      b, loc, ins, shape, elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) { return fn(nb, l, a); });
 }
 
 RankedTensorType ttype(Value v) { return cast<RankedTensorType>(v.getType()); }
@@ -141,9 +140,9 @@ SmallVector<Value> inlineBody(OpBuilder &b, func::FuncOp fn, ValueRange args) {
 
 /// Per-sample softmax cross-entropy pieces for logits [B, C], labels [B].
 struct CrossEntropy {
-  Value sampleLoss;  // f32 [B]
-  Value correct;     // i64 [B] (1 when argmax == label)
-  Value gradLogits;  // f32 [B, C]: (softmax - onehot) / B
+  Value sampleLoss; // f32 [B]
+  Value correct;    // i64 [B] (1 when argmax == label)
+  Value gradLogits; // f32 [B, C]: (softmax - onehot) / B
 };
 
 CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
@@ -152,19 +151,21 @@ CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
   int64_t B = lt.getDimSize(0), C = lt.getDimSize(1);
   Type f = lt.getElementType();
   Type i64 = b.getI64Type();
-  Value m = buildReduction(b, loc, logits, {1}, true, lowestAttr(f, false),
-                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                             return arith::MaximumFOp::create(nb, l, a[0], a[1]);
-                           });
+  Value m =
+      buildReduction(b, loc, logits, {1}, true, lowestAttr(f, false),
+                     [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                       return arith::MaximumFOp::create(nb, l, a[0], a[1]);
+                     });
   Value e = ew(b, loc, ValueRange{logits, m}, {B, C}, f,
                [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                  return math::ExpOp::create(
                      nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
                });
-  Value s = buildReduction(b, loc, e, {1}, true, scalarAttr(f, 0.0),
-                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                             return arith::AddFOp::create(nb, l, a[0], a[1]);
-                           });
+  Value s =
+      buildReduction(b, loc, e, {1}, true, scalarAttr(f, 0.0),
+                     [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                       return arith::AddFOp::create(nb, l, a[0], a[1]);
+                     });
   // Label as an index, clamped to [0, C) so bad labels cannot read out of
   // bounds (the runtime validates labels before training).
   auto clampLabel = [C](OpBuilder &nb, Location l, Value lab) -> Value {
@@ -186,14 +187,15 @@ CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
         Value idx = arith::IndexCastOp::create(nb, l, nb.getIndexType(), lab);
         Value row = linalg::IndexOp::create(nb, l, 0);
         Value picked = tensor::ExtractOp::create(nb, l, logits, {row, idx});
-        Value lse = arith::AddFOp::create(nb, l, math::LogOp::create(nb, l, a[1]),
-                                          a[0]);
+        Value lse = arith::AddFOp::create(
+            nb, l, math::LogOp::create(nb, l, a[1]), a[0]);
         return arith::SubFOp::create(nb, l, lse, picked);
       });
   // argmax (first maximal index) == label
   Value argmaxInit = arith::ConstantOp::create(
-      b, loc, DenseElementsAttr::get(RankedTensorType::get({B}, i64),
-                                     b.getI64IntegerAttr(C)));
+      b, loc,
+      DenseElementsAttr::get(RankedTensorType::get({B}, i64),
+                             b.getI64IntegerAttr(C)));
   (void)argmaxInit;
   AffineMap id2 = AffineMap::getMultiDimIdentityMap(2, ctx);
   AffineMap row2 = AffineMap::get(2, 0, {d0}, ctx);
@@ -203,16 +205,16 @@ CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
         Value c = arith::IndexCastOp::create(nb, l, nb.getI64Type(),
                                              linalg::IndexOp::create(nb, l, 1));
-        Value isMax = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
-                                            a[0], a[1]);
+        Value isMax =
+            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, a[0], a[1]);
         Value better = arith::MinSIOp::create(nb, l, a[2], c);
         return arith::SelectOp::create(nb, l, isMax, better, a[2]);
       });
   Value correct = buildGeneric(
       b, loc, ValueRange{argmax, labels}, {id1, id1}, {B}, i64, 0, std::nullopt,
       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value eq = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, a[0],
-                                         a[1]);
+        Value eq =
+            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, a[0], a[1]);
         return arith::ExtUIOp::create(nb, l, nb.getI64Type(), eq);
       });
   // d logits = (e / s - onehot(label)) / B
@@ -224,7 +226,8 @@ CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
                                              linalg::IndexOp::create(nb, l, 1));
         Value hit = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, c,
                                           clampLabel(nb, l, a[2]));
-        Value one = scalarConst(nb, l, f, 1.0), zero = scalarConst(nb, l, f, 0.0);
+        Value one = scalarConst(nb, l, f, 1.0),
+              zero = scalarConst(nb, l, f, 0.0);
         Value d = arith::SubFOp::create(
             nb, l, p, arith::SelectOp::create(nb, l, hit, one, zero));
         return arith::DivFOp::create(nb, l, d, scalarConst(nb, l, f, B));
@@ -239,12 +242,13 @@ Value sumAll(OpBuilder &b, Location loc, Value x) {
     axes.push_back(i);
   Type elem = t.getElementType();
   bool isF = isa<FloatType>(elem);
-  return buildReduction(b, loc, x, axes, false, scalarAttr(elem, 0.0),
-                        [isF](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                          if (isF)
-                            return arith::AddFOp::create(nb, l, a[0], a[1]);
-                          return arith::AddIOp::create(nb, l, a[0], a[1]);
-                        });
+  return buildReduction(
+      b, loc, x, axes, false, scalarAttr(elem, 0.0),
+      [isF](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        if (isF)
+          return arith::AddFOp::create(nb, l, a[0], a[1]);
+        return arith::AddIOp::create(nb, l, a[0], a[1]);
+      });
 }
 
 Value scaleTensor(OpBuilder &b, Location loc, Value x, double s) {
@@ -252,7 +256,8 @@ Value scaleTensor(OpBuilder &b, Location loc, Value x, double s) {
   Type f = t.getElementType();
   return ew(b, loc, x, t.getShape(), f,
             [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-              return arith::MulFOp::create(nb, l, a[0], scalarConst(nb, l, f, s));
+              return arith::MulFOp::create(nb, l, a[0],
+                                           scalarConst(nb, l, f, s));
             });
 }
 
@@ -334,7 +339,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     return failure();
   }
   if (!opts.labelInput.empty() && labelArg < 0 && opts.loss == "output") {
-    error = "--label-input " + opts.labelInput + ": no graph input of that name";
+    error =
+        "--label-input " + opts.labelInput + ": no graph input of that name";
     return failure();
   }
   auto dataType = cast<RankedTensorType>(fty.getInput(dataArg));
@@ -388,23 +394,22 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   for (unsigned i : paramIdx) {
     paramTypes.push_back(fty.getInput(i));
     auto t = cast<RankedTensorType>(fty.getInput(i));
-    info.params.push_back({argName(fwdTrain, i).str(),
-                           SmallVector<int64_t>(t.getShape())});
+    info.params.push_back(
+        {argName(fwdTrain, i).str(), SmallVector<int64_t>(t.getShape())});
   }
   for (unsigned i : bufferIdx) {
     bufferTypes.push_back(fty.getInput(i));
     auto t = cast<RankedTensorType>(fty.getInput(i));
-    info.buffers.push_back({argName(fwdTrain, i).str(),
-                            SmallVector<int64_t>(t.getShape())});
+    info.buffers.push_back(
+        {argName(fwdTrain, i).str(), SmallVector<int64_t>(t.getShape())});
   }
   info.batchSize = B;
   info.dataShape.assign(dataType.getShape().begin(), dataType.getShape().end());
   info.labelShape.assign(labelType.getShape().begin(),
                          labelType.getShape().end());
   if (labelArg >= 0 && opts.loss == "output")
-    info.labelDType = cast<IntegerType>(labelType.getElementType()).getWidth() == 64
-                          ? 7
-                          : 1;
+    info.labelDType =
+        cast<IntegerType>(labelType.getElementType()).getWidth() == 64 ? 7 : 1;
   auto scalarF = RankedTensorType::get({}, f32);
   auto scalarI = RankedTensorType::get({}, i64);
 
@@ -527,8 +532,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   //     -> (new_params, new_opt_state)
   bool adamw = opts.optimizer == "adamw";
   if (!adamw && opts.optimizer != "sgd") {
-    error = "unknown --optimizer '" + opts.optimizer +
-            "' (supported: sgd, adamw)";
+    error =
+        "unknown --optimizer '" + opts.optimizer + "' (supported: sgd, adamw)";
     return failure();
   }
   int S = adamw ? 2 : (opts.momentum != 0.0 ? 1 : 0);
@@ -539,10 +544,10 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
                          ") eps=" + fmtNum(opts.eps) +
                          " weight_decay=" + fmtNum(opts.weightDecay);
   else
-    info.optimizerDesc = "sgd lr=" + fmtNum(opts.lr) + " momentum=" +
-                         fmtNum(opts.momentum) + " dampening=" +
-                         fmtNum(opts.dampening) + " nesterov=" +
-                         (opts.nesterov ? "1" : "0") +
+    info.optimizerDesc = "sgd lr=" + fmtNum(opts.lr) +
+                         " momentum=" + fmtNum(opts.momentum) +
+                         " dampening=" + fmtNum(opts.dampening) +
+                         " nesterov=" + (opts.nesterov ? "1" : "0") +
                          " weight_decay=" + fmtNum(opts.weightDecay);
   {
     SmallVector<Type> ins, outs;
@@ -558,7 +563,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     for (Type t : paramTypes)
       for (int s = 0; s < S; ++s)
         outs.push_back(t);
-    auto fn = func::FuncOp::create(b, loc, "apply", b.getFunctionType(ins, outs));
+    auto fn =
+        func::FuncOp::create(b, loc, "apply", b.getFunctionType(ins, outs));
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);
     unsigned base = P + P * S;
@@ -591,34 +597,33 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
         if (S == 1) {
           Value buf = entry->getArgument(P + j);
           // torch: buf = g on the first step, else mom*buf + (1-damp)*g.
-          Value nbuf = ew(
-              fb, loc, ValueRange{buf, g, step}, shape, f32,
-              [mom, damp](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                Type t = a[0].getType();
-                Value later = arith::AddFOp::create(
-                    nb, l,
-                    arith::MulFOp::create(nb, l, scalarConst(nb, l, t, mom),
-                                          a[0]),
-                    arith::MulFOp::create(
-                        nb, l, scalarConst(nb, l, t, 1.0 - damp), a[1]));
-                Value first = arith::CmpIOp::create(
-                    nb, l, arith::CmpIPredicate::sle, a[2],
-                    arith::ConstantIntOp::create(nb, l, a[2].getType(), 1));
-                return arith::SelectOp::create(nb, l, first, a[1], later);
-              });
+          Value nbuf =
+              ew(fb, loc, ValueRange{buf, g, step}, shape, f32,
+                 [mom, damp](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                   Type t = a[0].getType();
+                   Value later = arith::AddFOp::create(
+                       nb, l,
+                       arith::MulFOp::create(nb, l, scalarConst(nb, l, t, mom),
+                                             a[0]),
+                       arith::MulFOp::create(
+                           nb, l, scalarConst(nb, l, t, 1.0 - damp), a[1]));
+                   Value first = arith::CmpIOp::create(
+                       nb, l, arith::CmpIPredicate::sle, a[2],
+                       arith::ConstantIntOp::create(nb, l, a[2].getType(), 1));
+                   return arith::SelectOp::create(nb, l, first, a[1], later);
+                 });
           newState.push_back(nbuf);
-          update = nesterov
-                       ? ew(fb, loc, ValueRange{g, nbuf}, shape, f32,
-                            [mom](OpBuilder &nb, Location l,
-                                  ValueRange a) -> Value {
-                              return arith::AddFOp::create(
-                                  nb, l, a[0],
-                                  arith::MulFOp::create(
-                                      nb, l,
-                                      scalarConst(nb, l, a[0].getType(), mom),
-                                      a[1]));
-                            })
-                       : nbuf;
+          update =
+              nesterov
+                  ? ew(fb, loc, ValueRange{g, nbuf}, shape, f32,
+                       [mom](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::AddFOp::create(
+                             nb, l, a[0],
+                             arith::MulFOp::create(
+                                 nb, l, scalarConst(nb, l, a[0].getType(), mom),
+                                 a[1]));
+                       })
+                  : nbuf;
         }
         newParams.push_back(
             ew(fb, loc, ValueRange{p, update, lr}, shape, f32,
@@ -629,28 +634,29 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
         continue;
       }
       // AdamW.
-      Value m = entry->getArgument(P + 2 * j), v = entry->getArgument(P + 2 * j + 1);
-      Value nm = ew(fb, loc, ValueRange{m, g}, shape, f32,
-                    [b1](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                      Type t = a[0].getType();
-                      return arith::AddFOp::create(
-                          nb, l,
-                          arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b1),
-                                                a[0]),
-                          arith::MulFOp::create(
-                              nb, l, scalarConst(nb, l, t, 1.0 - b1), a[1]));
-                    });
-      Value nv = ew(fb, loc, ValueRange{v, g}, shape, f32,
-                    [b2](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                      Type t = a[0].getType();
-                      Value g2 = arith::MulFOp::create(nb, l, a[1], a[1]);
-                      return arith::AddFOp::create(
-                          nb, l,
-                          arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b2),
-                                                a[0]),
-                          arith::MulFOp::create(
-                              nb, l, scalarConst(nb, l, t, 1.0 - b2), g2));
-                    });
+      Value m = entry->getArgument(P + 2 * j),
+            v = entry->getArgument(P + 2 * j + 1);
+      Value nm = ew(
+          fb, loc, ValueRange{m, g}, shape, f32,
+          [b1](OpBuilder &nb, Location l, ValueRange a) -> Value {
+            Type t = a[0].getType();
+            return arith::AddFOp::create(
+                nb, l,
+                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b1), a[0]),
+                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, 1.0 - b1),
+                                      a[1]));
+          });
+      Value nv = ew(
+          fb, loc, ValueRange{v, g}, shape, f32,
+          [b2](OpBuilder &nb, Location l, ValueRange a) -> Value {
+            Type t = a[0].getType();
+            Value g2 = arith::MulFOp::create(nb, l, a[1], a[1]);
+            return arith::AddFOp::create(
+                nb, l,
+                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b2), a[0]),
+                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, 1.0 - b2),
+                                      g2));
+          });
       Value np = ew(
           fb, loc, ValueRange{p, nm, nv, lr, step}, shape, f32,
           [b1, b2, eps, wd](OpBuilder &nb, Location l, ValueRange a) -> Value {
@@ -665,8 +671,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
             // p * (1 - lr*wd)
             Value decayed = arith::MulFOp::create(
                 nb, l, a[0],
-                arith::SubFOp::create(nb, l, c(1.0),
-                                      arith::MulFOp::create(nb, l, lrv, c(wd))));
+                arith::SubFOp::create(
+                    nb, l, c(1.0), arith::MulFOp::create(nb, l, lrv, c(wd))));
             Value denom = arith::AddFOp::create(
                 nb, l,
                 arith::DivFOp::create(nb, l, math::SqrtOp::create(nb, l, a[2]),
@@ -675,8 +681,9 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
             Value stepSize = arith::DivFOp::create(nb, l, lrv, bc1);
             return arith::SubFOp::create(
                 nb, l, decayed,
-                arith::MulFOp::create(nb, l, stepSize,
-                                      arith::DivFOp::create(nb, l, a[1], denom)));
+                arith::MulFOp::create(
+                    nb, l, stepSize,
+                    arith::DivFOp::create(nb, l, a[1], denom)));
           });
       newParams.push_back(np);
       newState.push_back(nm);
@@ -690,9 +697,9 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       argNames.push_back(s.name);
     for (const auto &s : info.params)
       for (int k = 0; k < S; ++k)
-        stateNames.push_back((adamw ? (k ? "exp_avg_sq." : "exp_avg.")
-                                    : "momentum_buffer.") +
-                             s.name);
+        stateNames.push_back(
+            (adamw ? (k ? "exp_avg_sq." : "exp_avg.") : "momentum_buffer.") +
+            s.name);
     argNames.append(stateNames.begin(), stateNames.end());
     for (const auto &s : info.params)
       argNames.push_back("grad_acc." + s.name);
@@ -706,7 +713,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   }
 
   //===------------------------------------------------------------------===//
-  // @eval(params, buffers, data, labels) -> (sample_loss [B], sample_correct [B])
+  // @eval(params, buffers, data, labels) -> (sample_loss [B], sample_correct
+  // [B])
   {
     auto evalType = fwdEval.getFunctionType();
     SmallVector<Type> ins;
@@ -725,7 +733,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       fwdArgs[i] = entry->getArgument(j);
     for (auto [j, i] : llvm::enumerate(bufferIdx))
       fwdArgs[i] = entry->getArgument(P + j);
-    Value data = entry->getArgument(P + NB), labels = entry->getArgument(P + NB + 1);
+    Value data = entry->getArgument(P + NB),
+          labels = entry->getArgument(P + NB + 1);
     fwdArgs[dataArg] = data;
     if (labelArg >= 0)
       fwdArgs[labelArg] = labels;
@@ -751,14 +760,16 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
         Value flat = buildReshape(fb, loc, sq, {B, per});
         perSample = scaleTensor(
             fb, loc,
-            buildReduction(fb, loc, flat, {1}, false, scalarAttr(f32, 0.0),
-                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                             return arith::AddFOp::create(nb, l, a[0], a[1]);
-                           }),
+            buildReduction(
+                fb, loc, flat, {1}, false, scalarAttr(f32, 0.0),
+                [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                  return arith::AddFOp::create(nb, l, a[0], a[1]);
+                }),
             1.0 / per);
       } else {
-        perSample = ew(fb, loc, out, {B}, f32,
-                       [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+        perSample =
+            ew(fb, loc, out, {B}, f32,
+               [](OpBuilder &, Location, ValueRange a) { return a[0]; });
       }
       sampleLoss = perSample;
       correct = arith::ConstantOp::create(

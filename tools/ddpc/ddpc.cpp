@@ -19,8 +19,8 @@
 
 using namespace llvm;
 
-static cl::SubCommand compileCmd(
-    "compile", "Compile an ONNX model into a native program or IR");
+static cl::SubCommand
+    compileCmd("compile", "Compile an ONNX model into a native program or IR");
 
 static cl::OptionCategory category("ddpc compile options");
 
@@ -28,31 +28,33 @@ static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx>"),
                                       cl::sub(compileCmd), cl::cat(category));
 static cl::opt<std::string>
-    outputFile("o", cl::desc("Output file (an executable by default; '-' "
-                             "for stdout with text --emit kinds)"),
+    outputFile("o",
+               cl::desc("Output file (an executable by default; '-' "
+                        "for stdout with text --emit kinds)"),
                cl::value_desc("file"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<std::string> target("target",
                                    cl::desc("Code generation target: cpu"),
                                    cl::init("cpu"), cl::sub(compileCmd),
                                    cl::cat(category));
-static cl::opt<ddpc::EmitKind> emit(
-    "emit", cl::desc("What to produce"), cl::init(ddpc::EmitKind::Executable),
-    cl::values(
-        clEnumValN(ddpc::EmitKind::MLIR, "mlir",
-                   "the graph-level IR (linalg on tensors): the import, "
-                   "plus the training step with --train or the VJP with "
-                   "--vjp; -o defaults to -"),
-        clEnumValN(ddpc::EmitKind::LoweredMLIR, "lowered-mlir",
-                   "the IR in the LLVM dialect"),
-        clEnumValN(ddpc::EmitKind::LLVMIR, "llvm", "optimized LLVM IR"),
-        clEnumValN(ddpc::EmitKind::Object, "obj",
-                   "an object file plus <out>.glue.c (model description)"),
-        clEnumValN(ddpc::EmitKind::Executable, "exe",
-                   "a native executable (default)"),
-        clEnumValN(ddpc::EmitKind::SharedLibrary, "shared",
-                   "a shared library exporting ddpc_invoke and the model "
-                   "tables (ModelABI.h), for in-process use")),
-    cl::sub(compileCmd), cl::cat(category));
+static cl::opt<ddpc::EmitKind>
+    emit("emit", cl::desc("What to produce"),
+         cl::init(ddpc::EmitKind::Executable),
+         cl::values(
+             clEnumValN(ddpc::EmitKind::MLIR, "mlir",
+                        "the graph-level IR (linalg on tensors): the import, "
+                        "plus the training step with --train or the VJP with "
+                        "--vjp; -o defaults to -"),
+             clEnumValN(ddpc::EmitKind::LoweredMLIR, "lowered-mlir",
+                        "the IR in the LLVM dialect"),
+             clEnumValN(ddpc::EmitKind::LLVMIR, "llvm", "optimized LLVM IR"),
+             clEnumValN(ddpc::EmitKind::Object, "obj",
+                        "an object file plus <out>.glue.c (model description)"),
+             clEnumValN(ddpc::EmitKind::Executable, "exe",
+                        "a native executable (default)"),
+             clEnumValN(ddpc::EmitKind::SharedLibrary, "shared",
+                        "a shared library exporting ddpc_invoke and the model "
+                        "tables (ModelABI.h), for in-process use")),
+         cl::sub(compileCmd), cl::cat(category));
 static cl::list<std::string>
     dims("dim",
          cl::desc("Bind a symbolic input dimension: --dim NAME=VALUE "
@@ -103,14 +105,14 @@ static cl::opt<std::string> report(
     cl::desc("Print the compiler's plan (inputs, outputs, parameters, "
              "collectives) to stderr; --report=json prints JSON to stdout"),
     cl::value_desc("json"), cl::sub(compileCmd), cl::cat(category));
-static cl::opt<bool> vjp(
-    "vjp",
-    cl::desc("Compile the model's vector-Jacobian product instead: extra "
-             "inputs d_<output> (cotangents), extra outputs d_<input> "
-             "(gradients of every float input); for gradient checks"),
-    cl::sub(compileCmd), cl::cat(category));
-static cl::OptionCategory trainCategory(
-    "ddpc compile --train options (training programs)");
+static cl::opt<bool>
+    vjp("vjp",
+        cl::desc("Compile the model's vector-Jacobian product instead: extra "
+                 "inputs d_<output> (cotangents), extra outputs d_<input> "
+                 "(gradients of every float input); for gradient checks"),
+        cl::sub(compileCmd), cl::cat(category));
+static cl::OptionCategory
+    trainCategory("ddpc compile --train options (training programs)");
 static cl::opt<bool> train(
     "train",
     cl::desc("Compile a data-parallel training program (forward, loss, "
@@ -122,7 +124,8 @@ static cl::opt<std::string>
          cl::desc("cross-entropy (logits [B,C], int64 labels [B]; default), "
                   "mse (float labels shaped like the output), or output "
                   "(the first output is already the scalar loss)"),
-         cl::init("cross-entropy"), cl::sub(compileCmd), cl::cat(trainCategory));
+         cl::init("cross-entropy"), cl::sub(compileCmd),
+         cl::cat(trainCategory));
 static cl::opt<std::string> labelInput(
     "label-input",
     cl::desc("Graph input that holds the labels (with --loss output); "
@@ -132,8 +135,9 @@ static cl::opt<std::string> optimizer("optimizer",
                                       cl::desc("sgd (default) or adamw"),
                                       cl::init("sgd"), cl::sub(compileCmd),
                                       cl::cat(trainCategory));
-static cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01; the "
-                                         "program's --lr overrides it)"),
+static cl::opt<double> lr("lr",
+                          cl::desc("Learning rate (default 0.01; the "
+                                   "program's --lr overrides it)"),
                           cl::init(0.01), cl::sub(compileCmd),
                           cl::cat(trainCategory));
 static cl::opt<double> momentum("momentum",
@@ -206,8 +210,7 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
   if (const json::Array *a = root->getArray("collectives"))
     nc = a->size();
   os << "  collectives: " << nc << ", "
-     << root->getInteger("collective_bytes").value_or(0)
-     << " bytes per step\n";
+     << root->getInteger("collective_bytes").value_or(0) << " bytes per step\n";
 }
 
 static void printVersion(raw_ostream &os) {

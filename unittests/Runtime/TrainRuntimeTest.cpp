@@ -71,8 +71,8 @@ TEST(OnnxWriter, Varints) {
   std::vector<uint8_t> h = encodeTensorHeader({"W", {2, 3}, w}, total);
   // dims packed (0a 02 02 03), data_type (10 01), name (42 01 'W'),
   // raw_data key and length 24 (4a 18).
-  EXPECT_EQ(h, (std::vector<uint8_t>{0x0a, 0x02, 0x02, 0x03, 0x10, 0x01,
-                                     0x42, 0x01, 'W', 0x4a, 0x18}));
+  EXPECT_EQ(h, (std::vector<uint8_t>{0x0a, 0x02, 0x02, 0x03, 0x10, 0x01, 0x42,
+                                     0x01, 'W', 0x4a, 0x18}));
   EXPECT_EQ(total, h.size() + 24);
 }
 

@@ -20,11 +20,11 @@ namespace ddpc {
 
 /// What `compile` produces.
 enum class EmitKind {
-  MLIR,       ///< the imported IR (stage "import"), as text
-  LoweredMLIR,///< the IR in the LLVM dialect, as text
-  LLVMIR,     ///< optimized LLVM IR, as text
-  Object,     ///< relocatable object file (plus its glue, see ModelABI.h)
-  Executable, ///< native executable linked with the runtime
+  MLIR,          ///< the imported IR (stage "import"), as text
+  LoweredMLIR,   ///< the IR in the LLVM dialect, as text
+  LLVMIR,        ///< optimized LLVM IR, as text
+  Object,        ///< relocatable object file (plus its glue, see ModelABI.h)
+  Executable,    ///< native executable linked with the runtime
   SharedLibrary, ///< shared library exporting the ModelABI symbols (Python)
 };
 

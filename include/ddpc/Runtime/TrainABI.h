@@ -1,4 +1,5 @@
-//===- TrainABI.h - C ABI between compiled training steps and runtime -*- C -*-===//
+//===- TrainABI.h - C ABI between compiled training steps and runtime -*- C
+//-*-===//
 //
 // `ddpc compile --train` emits an object file with the step functions below
 // plus generated C glue that defines the tables. The training runtime

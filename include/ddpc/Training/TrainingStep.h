@@ -62,12 +62,10 @@ struct TrainingProgramInfo {
 /// torch.optim.SGD (momentum, dampening, nesterov, weight decay) and
 /// torch.optim.AdamW (Loshchilov & Hutter, "Decoupled Weight Decay
 /// Regularization", ICLR 2019).
-mlir::LogicalResult buildTrainingFunctions(mlir::ModuleOp module,
-                                           mlir::func::FuncOp fwdTrain,
-                                           mlir::func::FuncOp fwdEval,
-                                           const TrainOptions &options,
-                                           TrainingProgramInfo &info,
-                                           std::string &error);
+mlir::LogicalResult
+buildTrainingFunctions(mlir::ModuleOp module, mlir::func::FuncOp fwdTrain,
+                       mlir::func::FuncOp fwdEval, const TrainOptions &options,
+                       TrainingProgramInfo &info, std::string &error);
 
 /// Data parallelism (stage "parallel"): in @apply, every gradient
 /// accumulator is summed over ranks before the optimizer reads it, with a

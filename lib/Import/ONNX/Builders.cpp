@@ -12,11 +12,11 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinOps.h"
 
 #include <cmath>
 #include <limits>
@@ -159,8 +159,8 @@ Value buildElementwise(OpBuilder &b, Location loc, ValueRange inputs,
   SmallVector<AffineMap> maps;
   for (Value in : inputs) {
     auto t = cast<RankedTensorType>(in.getType());
-    maps.push_back(broadcastMap(b.getContext(), t.getShape(), outShape,
-                                outShape.size()));
+    maps.push_back(
+        broadcastMap(b.getContext(), t.getShape(), outShape, outShape.size()));
   }
   return buildGeneric(b, loc, inputs, maps, outShape, resultElem, 0,
                       std::nullopt, body);
@@ -257,9 +257,9 @@ Value buildPad(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> low,
     hi.push_back(b.getIndexAttr(high[d]));
   }
   Value pv = arith::ConstantOp::create(b, loc, padValue);
-  return tensor::PadOp::create(
-      b, loc, RankedTensorType::get(shape, t.getElementType()), input, lo, hi,
-      pv);
+  return tensor::PadOp::create(b, loc,
+                               RankedTensorType::get(shape, t.getElementType()),
+                               input, lo, hi, pv);
 }
 
 TypedAttr scalarAttr(Type type, double v) {
@@ -297,11 +297,11 @@ TypedAttr highestAttr(Type type, bool isUnsigned) {
   return IntegerAttr::get(it, v);
 }
 
-
 Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
   auto t = cast<RankedTensorType>(input.getType());
   MLIRContext *ctx = b.getContext();
-  auto module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  auto module =
+      b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
   int64_t n = t.getNumElements();
   auto flatType = RankedTensorType::get({n}, t.getElementType());
   std::string name = "ddpc_allreduce_sum_f32_" + std::to_string(n);
@@ -312,16 +312,16 @@ Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
       func::FuncOp::create(mb, loc, "ddpc_rt_allreduce_sum_f32",
                            mb.getFunctionType({ptrType, mb.getI64Type()}, {}))
           .setPrivate();
-    auto fn = func::FuncOp::create(
-        mb, loc, name, mb.getFunctionType({flatType}, {flatType}));
+    auto fn = func::FuncOp::create(mb, loc, name,
+                                   mb.getFunctionType({flatType}, {flatType}));
     fn.setPrivate();
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);
     auto mt = MemRefType::get({n}, t.getElementType());
     // A private copy receives the sum: tensors stay values.
-    Value src = bufferization::ToBufferOp::create(fb, loc, mt,
-                                                  entry->getArgument(0),
-                                                  /*read_only=*/true);
+    Value src =
+        bufferization::ToBufferOp::create(fb, loc, mt, entry->getArgument(0),
+                                          /*read_only=*/true);
     Value buf = memref::AllocOp::create(fb, loc, mt, fb.getI64IntegerAttr(64));
     memref::CopyOp::create(fb, loc, src, buf);
     Value addr = memref::ExtractAlignedPointerAsIndexOp::create(fb, loc, buf);
@@ -336,8 +336,8 @@ Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
     func::ReturnOp::create(fb, loc, out);
   }
   Value flat = buildReshape(b, loc, input, {n});
-  auto call = func::CallOp::create(b, loc, name, TypeRange{flatType},
-                                   ValueRange{flat});
+  auto call =
+      func::CallOp::create(b, loc, name, TypeRange{flatType}, ValueRange{flat});
   call->setAttr("ddpc.collective", b.getStringAttr("all_reduce_sum"));
   call->setAttr("ddpc.bytes",
                 b.getI64IntegerAttr(n * t.getElementTypeBitWidth() / 8));
@@ -355,7 +355,8 @@ Value castScalar(OpBuilder &b, Location loc, Value v, int32_t from, int32_t to,
     return v;
   bool fromF = isa<FloatType>(fromType), toF = isa<FloatType>(toType);
   if (fromF && toF) {
-    if (cast<FloatType>(fromType).getWidth() < cast<FloatType>(toType).getWidth())
+    if (cast<FloatType>(fromType).getWidth() <
+        cast<FloatType>(toType).getWidth())
       return arith::ExtFOp::create(b, loc, toType, v);
     return arith::TruncFOp::create(b, loc, toType, v);
   }

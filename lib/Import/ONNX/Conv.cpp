@@ -94,8 +94,8 @@ LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
 SmallVector<int64_t> fullPadEnd(ArrayRef<int64_t> inSpatial, const Window &w) {
   SmallVector<int64_t> end;
   for (size_t i = 0; i < inSpatial.size(); ++i) {
-    int64_t need = (w.out[i] - 1) * w.strides[i] +
-                   (w.kernel[i] - 1) * w.dilations[i] + 1;
+    int64_t need =
+        (w.out[i] - 1) * w.strides[i] + (w.kernel[i] - 1) * w.dilations[i] + 1;
     end.push_back(std::max(w.padEnd[i], need - inSpatial[i] - w.padBegin[i]));
   }
   return end;
@@ -118,8 +118,7 @@ LogicalResult importConv(NodeContext &ctx) {
   int64_t g = ctx.attrInt("group", 1);
   if (g <= 0 || c % g != 0 || m % g != 0 || w.shape()[1] != c / g)
     return ctx.invalid("channels (" + Twine(c) + ", " + Twine(m) +
-                       ") do not match group " + Twine(g) +
-                       " and W's shape");
+                       ") do not match group " + Twine(g) + " and W's shape");
   SmallVector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
   SmallVector<int64_t> ks = ctx.attrInts("kernel_shape");
   if (!ks.empty() && ArrayRef<int64_t>(ks) != ArrayRef<int64_t>(kernel))
@@ -155,15 +154,15 @@ LogicalResult importConv(NodeContext &ctx) {
   }
   SmallVector<int64_t> outShape{n, g, m / g};
   outShape.append(win.out);
-  Value r = buildGeneric(
-      b, loc, ValueRange{xv, wv},
-      {AffineMap::get(numDims, 0, xe, mctx),
-       AffineMap::get(numDims, 0, we, mctx)},
-      outShape, elem, 1 + k, scalarAttr(elem, 0.0),
-      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::AddFOp::create(nb, l, a[2],
-                                     arith::MulFOp::create(nb, l, a[0], a[1]));
-      });
+  Value r =
+      buildGeneric(b, loc, ValueRange{xv, wv},
+                   {AffineMap::get(numDims, 0, xe, mctx),
+                    AffineMap::get(numDims, 0, we, mctx)},
+                   outShape, elem, 1 + k, scalarAttr(elem, 0.0),
+                   [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                     return arith::AddFOp::create(
+                         nb, l, a[2], arith::MulFOp::create(nb, l, a[0], a[1]));
+                   });
   SmallVector<int64_t> finalShape{n, m};
   finalShape.append(win.out);
   r = buildReshape(b, loc, r, finalShape);
@@ -253,8 +252,8 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
         int64_t o = (idx / stride) % win.out[i];
         int64_t cnt = 0;
         for (int64_t kk = 0; kk < win.kernel[i]; ++kk) {
-          int64_t pos = o * win.strides[i] + kk * win.dilations[i] -
-                        win.padBegin[i];
+          int64_t pos =
+              o * win.strides[i] + kk * win.dilations[i] - win.padBegin[i];
           cnt += pos >= lo && pos < hi;
         }
         divisor[idx] *= cnt;
@@ -291,14 +290,14 @@ LogicalResult importGlobalPool(NodeContext &ctx, bool isMax) {
   OpBuilder &b = ctx.builder();
   Location loc = ctx.loc();
   Type elem = x.elementType();
-  Value r = buildReduction(
-      b, loc, x.value, axes, true,
-      isMax ? lowestAttr(elem, false) : scalarAttr(elem, 0.0),
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        if (isMax)
-          return arith::MaximumFOp::create(nb, l, a[0], a[1]);
-        return arith::AddFOp::create(nb, l, a[0], a[1]);
-      });
+  Value r =
+      buildReduction(b, loc, x.value, axes, true,
+                     isMax ? lowestAttr(elem, false) : scalarAttr(elem, 0.0),
+                     [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                       if (isMax)
+                         return arith::MaximumFOp::create(nb, l, a[0], a[1]);
+                       return arith::AddFOp::create(nb, l, a[0], a[1]);
+                     });
   if (!isMax) {
     auto shape = cast<RankedTensorType>(r.getType()).getShape();
     r = buildElementwise(b, loc, r, shape, elem,

@@ -82,11 +82,10 @@ LogicalResult importElementwise(NodeContext &ctx, ArrayRef<TValue> inputs,
   int32_t dtype = inputs[0].dtype;
   int32_t outDType = resultDType == kUndefined ? dtype : resultDType;
   Type outElem = ctx.importer.elementType(outDType);
-  Value r = buildElementwise(
-      ctx.builder(), ctx.loc(), vals, *outShape, outElem,
-      [&](OpBuilder &b, Location loc, ValueRange args) {
-        return fn(b, loc, args.drop_back(), dtype, ctx);
-      });
+  Value r = buildElementwise(ctx.builder(), ctx.loc(), vals, *outShape, outElem,
+                             [&](OpBuilder &b, Location loc, ValueRange args) {
+                               return fn(b, loc, args.drop_back(), dtype, ctx);
+                             });
   ctx.setOutput(0, TValue{r, outDType});
   return success();
 }
@@ -95,45 +94,48 @@ LogicalResult importElementwise(NodeContext &ctx, ArrayRef<TValue> inputs,
 void addSameType(OpRegistry &r, StringRef name, ScalarFn fn,
                  bool floatOnly = false, int32_t resultDType = kUndefined,
                  bool variadic = false) {
-  r.add(name, [fn, floatOnly, resultDType, variadic,
-               opName = name.str()](NodeContext &ctx) -> LogicalResult {
-    if (!variadic && ctx.numInputs() == 2 && succeeded(tryFoldIntBinary(ctx)))
-      return success();
-    SmallVector<TValue> ins;
-    for (int i = 0; i < ctx.numInputs(); ++i) {
-      if (!ctx.hasInput(i))
-        return ctx.unsupported("missing input #" + Twine(i));
-      ins.push_back(ctx.input(i));
-    }
-    if (ins.empty())
-      return ctx.invalid("no inputs");
-    for (auto &t : ins)
-      if (t.dtype != ins[0].dtype)
-        return ctx.invalid(Twine("inputs have different dtypes (") +
-                           dtypeName(ins[0].dtype) + " and " +
-                           dtypeName(t.dtype) + ")");
-    if (floatOnly && !isFloatDType(ins[0].dtype))
-      return ctx.unsupported(Twine("dtype ") + dtypeName(ins[0].dtype));
-    if (ins[0].dtype == kBool && resultDType == kUndefined &&
-        opName != "Not" && opName != "And" && opName != "Or" &&
-        opName != "Xor" && opName != "Identity")
-      return ctx.unsupported("bool inputs");
-    if (variadic && ins.size() == 1) {
-      ctx.setOutput(0, ins[0]);
-      return success();
-    }
-    if (variadic && ins.size() > 2) {
-      // Fold pairwise: ((a op b) op c) ...
-      TValue acc = ins[0];
-      for (size_t i = 1; i < ins.size(); ++i) {
-        if (failed(importElementwise(ctx, {acc, ins[i]}, fn, resultDType)))
-          return failure();
-        acc = ctx.importer.values[ctx.node.output(0)];
-      }
-      return success();
-    }
-    return importElementwise(ctx, ins, fn, resultDType);
-  });
+  r.add(
+      name,
+      [fn, floatOnly, resultDType, variadic,
+       opName = name.str()](NodeContext &ctx) -> LogicalResult {
+        if (!variadic && ctx.numInputs() == 2 &&
+            succeeded(tryFoldIntBinary(ctx)))
+          return success();
+        SmallVector<TValue> ins;
+        for (int i = 0; i < ctx.numInputs(); ++i) {
+          if (!ctx.hasInput(i))
+            return ctx.unsupported("missing input #" + Twine(i));
+          ins.push_back(ctx.input(i));
+        }
+        if (ins.empty())
+          return ctx.invalid("no inputs");
+        for (auto &t : ins)
+          if (t.dtype != ins[0].dtype)
+            return ctx.invalid(Twine("inputs have different dtypes (") +
+                               dtypeName(ins[0].dtype) + " and " +
+                               dtypeName(t.dtype) + ")");
+        if (floatOnly && !isFloatDType(ins[0].dtype))
+          return ctx.unsupported(Twine("dtype ") + dtypeName(ins[0].dtype));
+        if (ins[0].dtype == kBool && resultDType == kUndefined &&
+            opName != "Not" && opName != "And" && opName != "Or" &&
+            opName != "Xor" && opName != "Identity")
+          return ctx.unsupported("bool inputs");
+        if (variadic && ins.size() == 1) {
+          ctx.setOutput(0, ins[0]);
+          return success();
+        }
+        if (variadic && ins.size() > 2) {
+          // Fold pairwise: ((a op b) op c) ...
+          TValue acc = ins[0];
+          for (size_t i = 1; i < ins.size(); ++i) {
+            if (failed(importElementwise(ctx, {acc, ins[i]}, fn, resultDType)))
+              return failure();
+            acc = ctx.importer.values[ctx.node.output(0)];
+          }
+          return success();
+        }
+        return importElementwise(ctx, ins, fn, resultDType);
+      });
 }
 
 Value cmpF(OpBuilder &b, Location l, arith::CmpFPredicate p, Value x, Value y) {
@@ -323,23 +325,23 @@ LogicalResult importGelu(NodeContext &ctx) {
     Value inner;
     if (useTanh) {
       // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-      Value x3 = arith::MulFOp::create(b, l, v, arith::MulFOp::create(b, l, v, v));
+      Value x3 =
+          arith::MulFOp::create(b, l, v, arith::MulFOp::create(b, l, v, v));
       Value s = arith::AddFOp::create(
           b, l, v,
           arith::MulFOp::create(b, l, scalarConst(b, l, t, 0.044715), x3));
       inner = math::TanhOp::create(
           b, l,
-          arith::MulFOp::create(
-              b, l, scalarConst(b, l, t, 0.7978845608028654), s));
+          arith::MulFOp::create(b, l, scalarConst(b, l, t, 0.7978845608028654),
+                                s));
     } else {
       // 0.5 x (1 + erf(x / sqrt(2)))
       inner = erfOf(b, l,
                     arith::MulFOp::create(
                         b, l, v, scalarConst(b, l, t, 0.7071067811865476)));
     }
-    return arith::MulFOp::create(
-        b, l, arith::MulFOp::create(b, l, half, v),
-        arith::AddFOp::create(b, l, one, inner));
+    return arith::MulFOp::create(b, l, arith::MulFOp::create(b, l, half, v),
+                                 arith::AddFOp::create(b, l, one, inner));
   };
   return importElementwise(ctx, {x}, fn, kUndefined);
 }

@@ -120,7 +120,8 @@ public:
   mlir::LogicalResult invalid(const llvm::Twine &why);
   /// Fails as unsupported unless the attributes present are all in `known`.
   mlir::LogicalResult checkAttrs(std::initializer_list<llvm::StringRef> known);
-  /// Describes the node for error messages: `'Op' (node 'n', domain '', opset 13)`.
+  /// Describes the node for error messages: `'Op' (node 'n', domain '', opset
+  /// 13)`.
   std::string describe() const;
 };
 
@@ -199,8 +200,8 @@ using ddpc::buildReshape;
 using ddpc::highestAttr;
 using ddpc::lowestAttr;
 using ddpc::scalarAttr;
-using ddpc::scalarConst;
 using ddpc::ScalarBodyFn;
+using ddpc::scalarConst;
 
 /// Converts a scalar from one ONNX dtype to another (ONNX Cast semantics).
 mlir::Value castScalar(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,

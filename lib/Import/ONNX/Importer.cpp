@@ -31,9 +31,8 @@ using namespace mlir;
 namespace ddpc {
 
 void registerImportDialects(DialectRegistry &registry) {
-  registry.insert<arith::ArithDialect, func::FuncDialect,
-                  linalg::LinalgDialect, math::MathDialect,
-                  tensor::TensorDialect>();
+  registry.insert<arith::ArithDialect, func::FuncDialect, linalg::LinalgDialect,
+                  math::MathDialect, tensor::TensorDialect>();
 }
 
 namespace onnx_import {
@@ -68,12 +67,12 @@ FailureOr<SmallVector<int64_t>> NodeContext::constIntsInput(int i) {
     std::string name = hasInput(i) ? node.input(i) : std::string();
     bool isGraphInput = importer.values.count(name) &&
                         isa<BlockArgument>(importer.values[name].value);
-    (void)unsupported(
-        "input #" + Twine(i) + " ('" + name +
-        "') must be an integer constant known at compile time" +
-        (isGraphInput ? "; bind graph input '" + name +
-                            "' with --bind-input " + name + "=FILE.npy"
-                      : std::string()));
+    (void)unsupported("input #" + Twine(i) + " ('" + name +
+                      "') must be an integer constant known at compile time" +
+                      (isGraphInput
+                           ? "; bind graph input '" + name +
+                                 "' with --bind-input " + name + "=FILE.npy"
+                           : std::string()));
     return failure();
   }
   SmallVector<int64_t> out;
@@ -143,8 +142,7 @@ LogicalResult NodeContext::invalid(const Twine &why) {
                        "invalid model: op " + describe() + ": " + why);
 }
 
-LogicalResult
-NodeContext::checkAttrs(std::initializer_list<StringRef> known) {
+LogicalResult NodeContext::checkAttrs(std::initializer_list<StringRef> known) {
   for (const auto &a : node.attribute())
     if (!llvm::is_contained(known, StringRef(a.name())))
       return unsupported("attribute '" + a.name() + "' is not supported");
@@ -258,9 +256,9 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &t,
   int32_t dtype = t.data_type();
   Type elem = elementType(dtype);
   if (!elem) {
-    (void)fail(ImportErrorKind::Unsupported,
-               "unsupported: " + what + " '" + t.name() + "' has dtype " +
-                   dtypeName(dtype));
+    (void)fail(ImportErrorKind::Unsupported, "unsupported: " + what + " '" +
+                                                 t.name() + "' has dtype " +
+                                                 dtypeName(dtype));
     return failure();
   }
   SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
@@ -320,7 +318,8 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &t,
   }
 
   if (haveRaw) {
-    if (static_cast<int64_t>(raw.size()) != n * static_cast<int64_t>(elemBytes)) {
+    if (static_cast<int64_t>(raw.size()) !=
+        n * static_cast<int64_t>(elemBytes)) {
       (void)fail(ImportErrorKind::Invalid,
                  "invalid model: " + what + " '" + t.name() + "' holds " +
                      Twine(raw.size()) + " bytes, expected " +
@@ -450,13 +449,12 @@ static LogicalResult bindInputShape(GraphImporter &gi,
       continue;
     }
     std::string param = d.has_dim_param() ? d.dim_param() : "";
-    return gi.fail(
-        ImportErrorKind::Invalid,
-        "graph input '" + vi.name() + "' dimension " + Twine(i) +
-            (param.empty() ? std::string(" is unknown")
-                           : " ('" + param + "') is unbound") +
-            ": pass --dim " + (param.empty() ? "NAME" : param) +
-            "=VALUE" + (i == 0 ? " or --batch-size N" : ""));
+    return gi.fail(ImportErrorKind::Invalid,
+                   "graph input '" + vi.name() + "' dimension " + Twine(i) +
+                       (param.empty() ? std::string(" is unknown")
+                                      : " ('" + param + "') is unbound") +
+                       ": pass --dim " + (param.empty() ? "NAME" : param) +
+                       "=VALUE" + (i == 0 ? " or --batch-size N" : ""));
   }
   return success();
 }
@@ -691,8 +689,9 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     for (const auto &f : options.frozen)
       if (!initNames.contains(f)) {
         (void)gi.fail(ImportErrorKind::Invalid,
-                      "--freeze " + f + ": the model has no initializer of "
-                                        "that name");
+                      "--freeze " + f +
+                          ": the model has no initializer of "
+                          "that name");
         return nullptr;
       }
   }
@@ -796,9 +795,9 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   SmallVector<Type> resultTypes;
   for (const auto &vi : graph.output()) {
     if (!gi.values.count(vi.name()) && !gi.constants.count(vi.name())) {
-      (void)gi.fail(ImportErrorKind::Invalid,
-                    "invalid model: graph output '" + vi.name() +
-                        "' is never produced");
+      (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph output '" +
+                                                  vi.name() +
+                                                  "' is never produced");
       return nullptr;
     }
     TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()]

@@ -99,8 +99,8 @@ LogicalResult importMatMul(NodeContext &ctx) {
   auto as = cast<RankedTensorType>(av.getType()).getShape();
   auto bs = cast<RankedTensorType>(bv.getType()).getShape();
   if (as.back() != bs[bs.size() - 2])
-    return ctx.invalid("inner dimensions differ (" + Twine(as.back()) +
-                       " vs " + Twine(bs[bs.size() - 2]) + ")");
+    return ctx.invalid("inner dimensions differ (" + Twine(as.back()) + " vs " +
+                       Twine(bs[bs.size() - 2]) + ")");
   if (failed(broadcastShapes({as.drop_back(2), bs.drop_back(2)})))
     return ctx.invalid("batch dimensions cannot be broadcast");
   SmallVector<int64_t> outShape;
@@ -119,7 +119,8 @@ LogicalResult importMatMul(NodeContext &ctx) {
 }
 
 LogicalResult importGemm(NodeContext &ctx) {
-  if (failed(ctx.checkAttrs({"alpha", "beta", "transA", "transB", "broadcast"})))
+  if (failed(
+          ctx.checkAttrs({"alpha", "beta", "transA", "transB", "broadcast"})))
     return failure();
   TValue a = ctx.input(0), b = ctx.input(1);
   if (a.rank() != 2 || b.rank() != 2)
@@ -136,13 +137,13 @@ LogicalResult importGemm(NodeContext &ctx) {
   SmallVector<int64_t> outShape;
   Value r = buildContraction(builder, loc, a.value, b.value, transA, transB,
                              a.elementType(), outShape);
-  double alpha = ctx.attrFloat("alpha", 1.0f), beta = ctx.attrFloat("beta", 1.0f);
+  double alpha = ctx.attrFloat("alpha", 1.0f),
+         beta = ctx.attrFloat("beta", 1.0f);
   bool hasC = ctx.hasInput(2) && beta != 0.0;
   SmallVector<Value> ins{r};
   if (hasC) {
     TValue c = ctx.input(2);
-    if (failed(broadcastShapes({c.shape(), outShape})) ||
-        c.rank() > 2)
+    if (failed(broadcastShapes({c.shape(), outShape})) || c.rank() > 2)
       return ctx.invalid("C cannot be broadcast to the result");
     ins.push_back(c.value);
   }

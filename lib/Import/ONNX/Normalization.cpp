@@ -18,7 +18,8 @@ using namespace mlir;
 namespace ddpc::onnx_import {
 namespace {
 
-SmallVector<int64_t> keptShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> axes) {
+SmallVector<int64_t> keptShape(ArrayRef<int64_t> shape,
+                               ArrayRef<int64_t> axes) {
   SmallVector<int64_t> s;
   for (int64_t d = 0; d < (int64_t)shape.size(); ++d)
     s.push_back(llvm::is_contained(axes, d) ? 1 : shape[d]);
@@ -46,8 +47,8 @@ LogicalResult importSoftmax(NodeContext &ctx, bool logSoftmax) {
   if (!isFloatDType(x.dtype))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
   int64_t rank = x.rank();
-  auto axisOr = normalizeAxis(ctx.attrInt("axis", ctx.opset < 13 ? 1 : -1),
-                              rank);
+  auto axisOr =
+      normalizeAxis(ctx.attrInt("axis", ctx.opset < 13 ? 1 : -1), rank);
   if (failed(axisOr))
     return ctx.invalid("axis out of range");
   SmallVector<int64_t> axes;
@@ -58,22 +59,21 @@ LogicalResult importSoftmax(NodeContext &ctx, bool logSoftmax) {
   Location loc = ctx.loc();
   Type elem = x.elementType();
   Value m = reduceMax(b, loc, x.value, axes);
-  Value e = buildElementwise(
-      b, loc, ValueRange{x.value, m}, x.shape(), elem,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return math::ExpOp::create(nb, l,
-                                   arith::SubFOp::create(nb, l, a[0], a[1]));
-      });
+  Value e =
+      buildElementwise(b, loc, ValueRange{x.value, m}, x.shape(), elem,
+                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return math::ExpOp::create(
+                             nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
+                       });
   Value s = reduceSum(b, loc, e, axes);
   Value r;
   if (logSoftmax)
-    r = buildElementwise(
-        b, loc, ValueRange{x.value, m, s}, x.shape(), elem,
-        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          return arith::SubFOp::create(
-              nb, l, arith::SubFOp::create(nb, l, a[0], a[1]),
-              math::LogOp::create(nb, l, a[2]));
-        });
+    r = buildElementwise(b, loc, ValueRange{x.value, m, s}, x.shape(), elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return arith::SubFOp::create(
+                               nb, l, arith::SubFOp::create(nb, l, a[0], a[1]),
+                               math::LogOp::create(nb, l, a[2]));
+                         });
   else
     r = buildElementwise(b, loc, ValueRange{e, s}, x.shape(), elem,
                          [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
@@ -139,9 +139,8 @@ LogicalResult importBatchNorm(NodeContext &ctx) {
             arith::AddFOp::create(nb, l, a[4], scalarConst(nb, l, elem, eps)));
         Value n = arith::MulFOp::create(
             nb, l, arith::SubFOp::create(nb, l, a[0], a[3]), inv);
-        return arith::AddFOp::create(nb, l,
-                                     arith::MulFOp::create(nb, l, n, a[1]),
-                                     a[2]);
+        return arith::AddFOp::create(
+            nb, l, arith::MulFOp::create(nb, l, n, a[1]), a[2]);
       });
   ctx.setOutput(0, {r, x.dtype});
   return success();
@@ -159,27 +158,28 @@ void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
     count *= t.getDimSize(a);
   auto ks = keptShape(t.getShape(), axes);
   Value sum = reduceSum(b, loc, x, axes);
-  mean = buildElementwise(b, loc, sum, ks, elem,
-                          [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                            return arith::DivFOp::create(
-                                nb, l, a[0], scalarConst(nb, l, elem, count));
-                          });
-  centered = buildElementwise(
-      b, loc, ValueRange{x, mean}, t.getShape(), elem,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::SubFOp::create(nb, l, a[0], a[1]);
+  mean =
+      buildElementwise(b, loc, sum, ks, elem,
+                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::DivFOp::create(
+                             nb, l, a[0], scalarConst(nb, l, elem, count));
+                       });
+  centered =
+      buildElementwise(b, loc, ValueRange{x, mean}, t.getShape(), elem,
+                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::SubFOp::create(nb, l, a[0], a[1]);
+                       });
+  Value sq = buildElementwise(
+      b, loc, centered, t.getShape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) {
+        return arith::MulFOp::create(nb, l, a[0], a[0]).getResult();
       });
-  Value sq = buildElementwise(b, loc, centered, t.getShape(), elem,
-                              [&](OpBuilder &nb, Location l, ValueRange a) {
-                                return arith::MulFOp::create(nb, l, a[0], a[0])
-                                    .getResult();
-                              });
-  Value var = buildElementwise(
-      b, loc, reduceSum(b, loc, sq, axes), ks, elem,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::DivFOp::create(nb, l, a[0],
-                                     scalarConst(nb, l, elem, count));
-      });
+  Value var =
+      buildElementwise(b, loc, reduceSum(b, loc, sq, axes), ks, elem,
+                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::DivFOp::create(
+                             nb, l, a[0], scalarConst(nb, l, elem, count));
+                       });
   if (varOut)
     *varOut = var;
   invStd = buildElementwise(
@@ -187,7 +187,8 @@ void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
         Value v = a[0];
         return math::RsqrtOp::create(
-            nb, l, arith::AddFOp::create(nb, l, v, scalarConst(nb, l, elem, eps)));
+            nb, l,
+            arith::AddFOp::create(nb, l, v, scalarConst(nb, l, elem, eps)));
       });
 }
 
@@ -204,7 +205,8 @@ void normalizeSync(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
   int64_t localCount = t.getNumElements() / c;
   // [sum_0 .. sum_{C-1}, count] summed over ranks.
   Value sum = buildReshape(b, loc, reduceSum(b, loc, x, axes), {c});
-  Value packed = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{c + 1}, elem);
+  Value packed =
+      tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{c + 1}, elem);
   packed = tensor::InsertSliceOp::create(
       b, loc, sum, packed, ArrayRef<OpFoldResult>{b.getIndexAttr(0)},
       ArrayRef<OpFoldResult>{b.getIndexAttr(c)},
@@ -226,29 +228,29 @@ void normalizeSync(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
         ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
   };
   Value gsum = slice(0, c), gcount = slice(c, 1);
-  Value mean1 = buildElementwise(
-      b, loc, ValueRange{gsum, gcount}, {c}, elem,
-      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::DivFOp::create(nb, l, a[0], a[1]);
-      });
+  Value mean1 =
+      buildElementwise(b, loc, ValueRange{gsum, gcount}, {c}, elem,
+                       [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::DivFOp::create(nb, l, a[0], a[1]);
+                       });
   mean = buildReshape(b, loc, mean1, ks);
-  centered = buildElementwise(
-      b, loc, ValueRange{x, mean}, t.getShape(), elem,
-      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::SubFOp::create(nb, l, a[0], a[1]);
+  centered =
+      buildElementwise(b, loc, ValueRange{x, mean}, t.getShape(), elem,
+                       [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::SubFOp::create(nb, l, a[0], a[1]);
+                       });
+  Value sq = buildElementwise(
+      b, loc, centered, t.getShape(), elem,
+      [](OpBuilder &nb, Location l, ValueRange a) {
+        return arith::MulFOp::create(nb, l, a[0], a[0]).getResult();
       });
-  Value sq = buildElementwise(b, loc, centered, t.getShape(), elem,
-                              [](OpBuilder &nb, Location l, ValueRange a) {
-                                return arith::MulFOp::create(nb, l, a[0], a[0])
-                                    .getResult();
-                              });
   Value gsq = buildAllReduceSum(
       b, loc, buildReshape(b, loc, reduceSum(b, loc, sq, axes), {c}));
-  Value var1 = buildElementwise(
-      b, loc, ValueRange{gsq, gcount}, {c}, elem,
-      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::DivFOp::create(nb, l, a[0], a[1]);
-      });
+  Value var1 =
+      buildElementwise(b, loc, ValueRange{gsq, gcount}, {c}, elem,
+                       [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::DivFOp::create(nb, l, a[0], a[1]);
+                       });
   var = buildReshape(b, loc, var1, ks);
   invStd = buildElementwise(
       b, loc, var, ks, elem,
@@ -393,18 +395,19 @@ LogicalResult importLRN(NodeContext &ctx) {
   int64_t size = ctx.attrInt("size", 0);
   if (size <= 0)
     return ctx.invalid("size must be positive");
-  double alpha = ctx.attrFloat("alpha", 1e-4f), beta = ctx.attrFloat("beta", 0.75f),
+  double alpha = ctx.attrFloat("alpha", 1e-4f),
+         beta = ctx.attrFloat("beta", 0.75f),
          bias = ctx.attrFloat("bias", 1.0f);
   int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
   OpBuilder &b = ctx.builder();
   Location loc = ctx.loc();
   MLIRContext *mctx = b.getContext();
   Type elem = x.elementType();
-  Value sq = buildElementwise(b, loc, x.value, x.shape(), elem,
-                              [](OpBuilder &nb, Location l, ValueRange a) {
-                                return arith::MulFOp::create(nb, l, a[0], a[0])
-                                    .getResult();
-                              });
+  Value sq = buildElementwise(
+      b, loc, x.value, x.shape(), elem,
+      [](OpBuilder &nb, Location l, ValueRange a) {
+        return arith::MulFOp::create(nb, l, a[0], a[0]).getResult();
+      });
   SmallVector<int64_t> low(rank, 0), high(rank, 0);
   low[1] = lo;
   high[1] = hi;
@@ -419,12 +422,13 @@ LogicalResult importLRN(NodeContext &ctx) {
   Value window = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{size}, elem);
   AffineMap winMap =
       AffineMap::get(rank + 1, 0, {getAffineDimExpr(rank, mctx)}, mctx);
-  Value sum = buildGeneric(b, loc, ValueRange{sqPad, window},
-                           {AffineMap::get(rank + 1, 0, exprs, mctx), winMap},
-                           x.shape(), elem, 1, scalarAttr(elem, 0.0),
-                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                             return arith::AddFOp::create(nb, l, a[2], a[0]);
-                           });
+  Value sum =
+      buildGeneric(b, loc, ValueRange{sqPad, window},
+                   {AffineMap::get(rank + 1, 0, exprs, mctx), winMap},
+                   x.shape(), elem, 1, scalarAttr(elem, 0.0),
+                   [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                     return arith::AddFOp::create(nb, l, a[2], a[0]);
+                   });
   Value y = buildElementwise(
       b, loc, ValueRange{x.value, sum}, x.shape(), elem,
       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {

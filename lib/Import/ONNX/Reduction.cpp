@@ -18,7 +18,18 @@ using namespace mlir;
 namespace ddpc::onnx_import {
 namespace {
 
-enum class Kind { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+enum class Kind {
+  Sum,
+  Mean,
+  Max,
+  Min,
+  Prod,
+  SumSquare,
+  L1,
+  L2,
+  LogSum,
+  LogSumExp
+};
 
 Value add(OpBuilder &b, Location l, Value x, Value y) {
   return isa<FloatType>(x.getType())
@@ -103,18 +114,19 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
     maxV = buildElementwise(
         b, loc, maxV, keptShape, elem,
         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          Value ninf = arith::ConstantOp::create(nb, l, lowestAttr(a[0].getType(), false));
+          Value ninf = arith::ConstantOp::create(
+              nb, l, lowestAttr(a[0].getType(), false));
           Value isInf = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
                                               a[0], ninf);
           return arith::SelectOp::create(
               nb, l, isInf, scalarConst(nb, l, a[0].getType(), 0.0), a[0]);
         });
-    input = buildElementwise(
-        b, loc, ValueRange{input, maxV}, x.shape(), elem,
-        [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          return math::ExpOp::create(nb, l,
-                                     arith::SubFOp::create(nb, l, a[0], a[1]));
-        });
+    input =
+        buildElementwise(b, loc, ValueRange{input, maxV}, x.shape(), elem,
+                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return math::ExpOp::create(
+                               nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
+                         });
   } else if (kind == Kind::SumSquare || kind == Kind::L2 || kind == Kind::L1) {
     input = buildElementwise(
         b, loc, input, x.shape(), elem,
@@ -166,23 +178,22 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
     SmallVector<Value> ins{r};
     if (maxV)
       ins.push_back(buildReshape(b, loc, maxV, outShape));
-    r = buildElementwise(
-        b, loc, ins, outShape, elem,
-        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          Value v = a[0];
-          switch (kind) {
-          case Kind::Mean:
-            return arith::DivFOp::create(nb, l, v,
-                                         scalarConst(nb, l, elem, count));
-          case Kind::L2:
-            return math::SqrtOp::create(nb, l, v);
-          case Kind::LogSum:
-            return math::LogOp::create(nb, l, v);
-          default:
-            return arith::AddFOp::create(nb, l, math::LogOp::create(nb, l, v),
-                                         a[1]);
-          }
-        });
+    r = buildElementwise(b, loc, ins, outShape, elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           Value v = a[0];
+                           switch (kind) {
+                           case Kind::Mean:
+                             return arith::DivFOp::create(
+                                 nb, l, v, scalarConst(nb, l, elem, count));
+                           case Kind::L2:
+                             return math::SqrtOp::create(nb, l, v);
+                           case Kind::LogSum:
+                             return math::LogOp::create(nb, l, v);
+                           default:
+                             return arith::AddFOp::create(
+                                 nb, l, math::LogOp::create(nb, l, v), a[1]);
+                           }
+                         });
   }
   ctx.setOutput(0, {r, x.dtype});
   return success();

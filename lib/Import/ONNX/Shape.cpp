@@ -82,8 +82,8 @@ LogicalResult setReshaped(NodeContext &ctx, ArrayRef<int64_t> shape) {
     return ctx.setConstOutput(0, reshapeConst(*c, shape), dt);
   }
   TValue x = ctx.input(0);
-  ctx.setOutput(0, {buildReshape(ctx.builder(), ctx.loc(), x.value, shape),
-                    x.dtype});
+  ctx.setOutput(
+      0, {buildReshape(ctx.builder(), ctx.loc(), x.value, shape), x.dtype});
   return success();
 }
 
@@ -223,10 +223,10 @@ LogicalResult importTranspose(NodeContext &ctx) {
   for (auto &e : exprs)
     if (!e)
       return ctx.invalid("perm is not a permutation");
-  Value r = buildGeneric(ctx.builder(), ctx.loc(), x.value,
-                         {AffineMap::get(rank, 0, exprs, mctx)}, outShape,
-                         x.elementType(), 0, std::nullopt,
-                         [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  Value r = buildGeneric(
+      ctx.builder(), ctx.loc(), x.value, {AffineMap::get(rank, 0, exprs, mctx)},
+      outShape, x.elementType(), 0, std::nullopt,
+      [](OpBuilder &, Location, ValueRange a) { return a[0]; });
   ctx.setOutput(0, {r, x.dtype});
   return success();
 }
@@ -253,17 +253,17 @@ LogicalResult importConcat(NodeContext &ctx) {
   // Fold 1-D integer constants (shape computations).
   bool allConst = rank == 1;
   for (int i = 0; i < ctx.numInputs() && allConst; ++i)
-    allConst = ctx.constInput(i) &&
-               isa<IntegerType>(ctx.constInput(i)->getElementType()) &&
-               ctx.constInput(i)->getElementType().getIntOrFloatBitWidth() == 64;
+    allConst =
+        ctx.constInput(i) &&
+        isa<IntegerType>(ctx.constInput(i)->getElementType()) &&
+        ctx.constInput(i)->getElementType().getIntOrFloatBitWidth() == 64;
   if (allConst) {
     SmallVector<int64_t> vals;
     for (int i = 0; i < ctx.numInputs(); ++i)
       for (const APInt &v : ctx.constInput(i)->getValues<APInt>())
         vals.push_back(v.getSExtValue());
-    return ctx.setConstOutput(
-        0, i64Attr(&ctx.importer.context, outShape, vals),
-        ctx.importer.constants[ctx.node.input(0)].second);
+    return ctx.setConstOutput(0, i64Attr(&ctx.importer.context, outShape, vals),
+                              ctx.importer.constants[ctx.node.input(0)].second);
   }
   TValue first = ctx.input(0);
   OpBuilder &b = ctx.builder();
@@ -276,8 +276,8 @@ LogicalResult importConcat(NodeContext &ctx) {
       return ctx.invalid("inputs have different dtypes");
     if (t.shape()[axis] == 0)
       continue;
-    SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0)),
-        sizes, strides(rank, b.getIndexAttr(1));
+    SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0)), sizes,
+        strides(rank, b.getIndexAttr(1));
     offsets[axis] = b.getIndexAttr(offset);
     for (int64_t d : t.shape())
       sizes.push_back(b.getIndexAttr(d));
@@ -346,7 +346,8 @@ LogicalResult importSlice(NodeContext &ctx) {
       s = std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
     }
-    int64_t n = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
+    int64_t n =
+        step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
     outShape[*ax] = std::max<int64_t>(n, 0);
     outStart[*ax] = s;
     outStep[*ax] = step;
@@ -461,8 +462,8 @@ LogicalResult importGather(NodeContext &ctx) {
         // Negative indices count from the end.
         Value zero = arith::ConstantIndexOp::create(b, l, 0);
         Value n = arith::ConstantIndexOp::create(b, l, dimSize);
-        Value neg = arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, idx,
-                                          zero);
+        Value neg =
+            arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, idx, zero);
         idx = arith::SelectOp::create(b, l, neg,
                                       arith::AddIOp::create(b, l, idx, n), idx);
         SmallVector<Value> coords;
@@ -485,11 +486,9 @@ LogicalResult importExpand(NodeContext &ctx) {
   auto out = broadcastShapes({x.shape(), ArrayRef<int64_t>(*spec)});
   if (failed(out))
     return ctx.invalid("shape cannot be broadcast to the input");
-  Value r = buildElementwise(ctx.builder(), ctx.loc(), x.value, *out,
-                             x.elementType(),
-                             [](OpBuilder &, Location, ValueRange a) {
-                               return a[0];
-                             });
+  Value r = buildElementwise(
+      ctx.builder(), ctx.loc(), x.value, *out, x.elementType(),
+      [](OpBuilder &, Location, ValueRange a) { return a[0]; });
   ctx.setOutput(0, {r, x.dtype});
   return success();
 }
@@ -508,8 +507,7 @@ LogicalResult importShape(NodeContext &ctx) {
   for (int64_t i = start; i < end; ++i)
     vals.push_back(in[i]);
   return ctx.setConstOutput(
-      0,
-      i64Attr(&ctx.importer.context, {(int64_t)vals.size()}, vals), kInt64);
+      0, i64Attr(&ctx.importer.context, {(int64_t)vals.size()}, vals), kInt64);
 }
 
 LogicalResult importSize(NodeContext &ctx) {
@@ -529,8 +527,8 @@ LogicalResult importConstant(NodeContext &ctx) {
   if (const auto *a = ctx.attr("value_float"))
     return ctx.setConstOutput(
         0,
-        DenseElementsAttr::get(RankedTensorType::get({}, Float32Type::get(mctx)),
-                               a->f()),
+        DenseElementsAttr::get(
+            RankedTensorType::get({}, Float32Type::get(mctx)), a->f()),
         kFloat);
   if (const auto *a = ctx.attr("value_floats")) {
     SmallVector<float> v(a->floats().begin(), a->floats().end());
@@ -605,8 +603,8 @@ LogicalResult importDropoutTraining(NodeContext &ctx, double ratio) {
   auto keepBit = [=](OpBuilder &nb, Location l) -> Value {
     Type i64 = nb.getI64Type();
     auto cst = [&](uint64_t v) -> Value {
-      return arith::ConstantOp::create(
-          nb, l, IntegerAttr::get(i64, APInt(64, v)));
+      return arith::ConstantOp::create(nb, l,
+                                       IntegerAttr::get(i64, APInt(64, v)));
     };
     Value zero = arith::ConstantIndexOp::create(nb, l, 0);
     Value one = arith::ConstantIndexOp::create(nb, l, 1);
@@ -616,8 +614,8 @@ LogicalResult importDropoutTraining(NodeContext &ctx, double ratio) {
     for (int64_t d = 0; d < rank; ++d) {
       Value i = arith::IndexCastOp::create(nb, l, i64,
                                            linalg::IndexOp::create(nb, l, d));
-      idx = arith::AddIOp::create(nb, l, idx,
-                                  arith::MulIOp::create(nb, l, i, cst(strides[d])));
+      idx = arith::AddIOp::create(
+          nb, l, idx, arith::MulIOp::create(nb, l, i, cst(strides[d])));
     }
     Value z = arith::AddIOp::create(
         nb, l, seed,
@@ -634,9 +632,9 @@ LogicalResult importDropoutTraining(NodeContext &ctx, double ratio) {
     // 53 random bits -> [0, 1).
     Value u = arith::UIToFPOp::create(
         nb, l, nb.getF64Type(), arith::ShRUIOp::create(nb, l, z, cst(11)));
-    u = arith::MulFOp::create(nb, l, u,
-                              scalarConst(nb, l, nb.getF64Type(),
-                                          1.0 / 9007199254740992.0));
+    u = arith::MulFOp::create(
+        nb, l, u,
+        scalarConst(nb, l, nb.getF64Type(), 1.0 / 9007199254740992.0));
     return arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGE, u,
                                  scalarConst(nb, l, nb.getF64Type(), ratio));
   };
@@ -670,8 +668,8 @@ LogicalResult importDropout(NodeContext &ctx) {
     bool zeroRatio = false;
     if (ctx.hasInput(1)) {
       auto ratio = ctx.constInput(1);
-      zeroRatio = ratio && ratio->isSplat() &&
-                  ratio->getSplatValue<APFloat>().isZero();
+      zeroRatio =
+          ratio && ratio->isSplat() && ratio->getSplatValue<APFloat>().isZero();
     }
     if (!training->empty() && (*training)[0] != 0 && !zeroRatio)
       return ctx.unsupported("training_mode=true (random masks) in inference "
@@ -695,9 +693,8 @@ LogicalResult importDropout(NodeContext &ctx) {
   ctx.setOutput(0, x);
   if (ctx.hasOutput(1)) {
     auto t = RankedTensorType::get(x.shape(), ctx.builder().getI1Type());
-    Value mask = arith::ConstantOp::create(
-        ctx.builder(), ctx.loc(),
-        DenseElementsAttr::get(t, true));
+    Value mask = arith::ConstantOp::create(ctx.builder(), ctx.loc(),
+                                           DenseElementsAttr::get(t, true));
     ctx.setOutput(1, {mask, kBool});
   }
   return success();

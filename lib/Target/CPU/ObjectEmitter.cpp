@@ -79,7 +79,8 @@ bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
   llvmModule->setDataLayout(tm->createDataLayout());
   llvmModule->setTargetTriple(triple);
 
-  auto optimize = mlir::makeOptimizingTransformer(options.optLevel, 0, tm.get());
+  auto optimize =
+      mlir::makeOptimizingTransformer(options.optLevel, 0, tm.get());
   if (auto err = optimize(llvmModule.get())) {
     error = "LLVM optimization failed: " + llvm::toString(std::move(err));
     return false;

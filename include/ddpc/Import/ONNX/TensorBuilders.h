@@ -1,4 +1,5 @@
-//===- TensorBuilders.h - Static-shape linalg-on-tensors helpers -*- C++ -*-===//
+//===- TensorBuilders.h - Static-shape linalg-on-tensors helpers -*- C++
+//-*-===//
 //
 // Part of ddpc. Helpers shared by the ONNX importer and training synthesis to
 // build linalg-on-tensors IR with static shapes: numpy broadcasting (ONNX
@@ -63,8 +64,8 @@ mlir::Value buildPad(mlir::OpBuilder &b, mlir::Location loc, mlir::Value input,
                      mlir::TypedAttr padValue);
 
 /// Scalar constant of `type` (float or integer) with value `v`.
-mlir::Value scalarConst(mlir::OpBuilder &b, mlir::Location loc,
-                        mlir::Type type, double v);
+mlir::Value scalarConst(mlir::OpBuilder &b, mlir::Location loc, mlir::Type type,
+                        double v);
 /// Attribute for a scalar of `type` with value `v`.
 mlir::TypedAttr scalarAttr(mlir::Type type, double v);
 /// Lowest / highest finite-or-infinite value of `type` (for max/min inits).
