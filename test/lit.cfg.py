@@ -27,3 +27,15 @@ llvm_config.with_system_environment(["HOME", "TMPDIR", "PATH", "PYTHONPATH"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.ddpc_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["ddpc", "ddpc-opt", "FileCheck", "not", "count"], tool_dirs)
+
+# The CUDA target's tests need the CUDA toolkit (ptxas, fatbinary,
+# libdevice) and, to link programs, the CUDA runtime archive, which CMake
+# builds when it finds the toolkit and NCCL. No GPU is needed.
+cuda_root = next((r for r in [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                              "/usr/local/cuda"]
+                  if r and os.access(os.path.join(r, "bin", "ptxas"), os.X_OK)), None)
+if cuda_root:
+    config.available_features.add("cuda-toolkit")
+    if os.path.exists(os.path.join(config.ddpc_obj_root, "lib", "libddpc_cuda_train_runtime.a")):
+        config.available_features.add("cuda-runtime")
+llvm_config.add_tool_substitutions(["llvm-readelf"], [config.llvm_tools_dir])

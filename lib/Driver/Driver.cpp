@@ -23,6 +23,7 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -462,19 +463,20 @@ int runTool(ArrayRef<std::string> argv, std::string &error) {
 
 int compile(const CompileOptions &options, std::string &error,
             const std::string &modelBytes, CompileResult *result) {
-  if (options.target != "cpu") {
-    error = "unknown --target '" + options.target + "' (supported: cpu)";
+  if (options.target != "cpu" && options.target != "cuda") {
+    error = "unknown --target '" + options.target + "' (supported: cpu, cuda)";
     return kCompileError;
   }
   if (options.outputPath.empty()) {
     error = "no output file: pass -o FILE";
     return kCompileError;
   }
-  bool textOutput = options.emit == EmitKind::MLIR ||
-                    options.emit == EmitKind::LoweredMLIR ||
-                    options.emit == EmitKind::LLVMIR;
+  bool textOutput =
+      options.emit == EmitKind::MLIR || options.emit == EmitKind::LoweredMLIR ||
+      options.emit == EmitKind::LLVMIR || options.emit == EmitKind::PTX;
   if (options.outputPath == "-" && !textOutput) {
-    error = "-o - (stdout) works only with --emit=mlir, lowered-mlir or llvm";
+    error = "-o - (stdout) works only with --emit=mlir, lowered-mlir, llvm "
+            "or ptx";
     return kCompileError;
   }
   if (options.outputPath != "-") {
@@ -505,6 +507,27 @@ int compile(const CompileOptions &options, std::string &error,
         dir = ".";
       importOptions.modelDir = std::string(dir);
     }
+  }
+
+  const bool cuda = options.target == "cuda";
+  if (!cuda && options.emit == EmitKind::PTX) {
+    error = "--emit=ptx needs --target cuda";
+    return kCompileError;
+  }
+  if (cuda && options.emit == EmitKind::SharedLibrary) {
+    error = "--emit=shared is not supported with --target cuda (build an "
+            "executable, or use --target cpu for in-process use)";
+    return kCompileError;
+  }
+  if (cuda && options.vjp) {
+    error = "--vjp is not supported with --target cuda";
+    return kCompileError;
+  }
+  std::string cudaRoot;
+  if (cuda) {
+    cudaRoot = findCUDAToolkit(options.cudaRoot, error);
+    if (cudaRoot.empty())
+      return kCompileError;
   }
 
   registerAllDDPCPasses();
@@ -650,11 +673,43 @@ int compile(const CompileOptions &options, std::string &error,
       trainable.insert(p.name);
     result->reportJSON = buildReport(*module, modelName, ins, outs, trainable);
   }
-  if (!runPhase("lowered", [&](OpPassManager &pm) {
-        buildBufferizationPipeline(pm, options.pipeline);
-        buildLowerToLLVMPipeline(pm, options.pipeline);
-      }))
+  if (cuda) {
+    CUDAPipelineOptions cudaOptions;
+    cudaOptions.chips = options.cudaArchs;
+    SmallString<256> libdevice(cudaRoot);
+    llvm::sys::path::append(libdevice, "nvvm", "libdevice", "libdevice.10.bc");
+    if (llvm::sys::fs::exists(libdevice))
+      cudaOptions.libdevice = std::string(libdevice);
+    if (!runPhase("gpu-kernels",
+                  [&](OpPassManager &pm) {
+                    buildBufferizationPipeline(pm, options.pipeline);
+                    buildGPUKernelPipeline(pm, cudaOptions);
+                  }) ||
+        !runPhase("nvvm", [&](OpPassManager &pm) {
+          buildNVVMPipeline(pm, cudaOptions);
+        }))
+      return kCompileError;
+    if (options.verbose)
+      llvm::errs() << "ddpc: assembling kernels for "
+                   << llvm::join(options.cudaArchs, ",") << "\n";
+    std::string ptx;
+    if (!assembleFatBinaries(*module, cudaRoot,
+                             options.emit == EmitKind::PTX ? &ptx : nullptr,
+                             error))
+      return kCompileError;
+    if (options.emit == EmitKind::PTX)
+      return writeFileAtomic(options.outputPath, ptx, error) ? kCompileOk
+                                                             : kCompileError;
+    if (!runPhase("lowered", [&](OpPassManager &pm) {
+          buildCUDAHostLoweringPipeline(pm, cudaOptions);
+        }))
+      return kCompileError;
+  } else if (!runPhase("lowered", [&](OpPassManager &pm) {
+               buildBufferizationPipeline(pm, options.pipeline);
+               buildLowerToLLVMPipeline(pm, options.pipeline);
+             })) {
     return kCompileError;
+  }
   if (options.emit == EmitKind::LoweredMLIR)
     return writeFileAtomic(options.outputPath, printOp(*module), error)
                ? kCompileOk
@@ -717,11 +772,16 @@ int compile(const CompileOptions &options, std::string &error,
   if (!writeFileAtomic(std::string(gluePath), glue, error))
     return kCompileError;
   SmallString<256> rtLib(options.runtimeLibDir);
-  llvm::sys::path::append(rtLib, training ? "libddpc_train_runtime.a"
-                                          : "libddpc_runtime.a");
+  llvm::sys::path::append(
+      rtLib,
+      cuda ? (training ? "libddpc_cuda_train_runtime.a"
+                       : "libddpc_cuda_runtime.a")
+           : (training ? "libddpc_train_runtime.a" : "libddpc_runtime.a"));
   if (!llvm::sys::fs::exists(rtLib)) {
     error = "runtime library not found at '" + std::string(rtLib) +
-            "' (build the project, or pass --runtime-dir)";
+            (cuda ? "' (the CUDA runtime is built when CMake finds the CUDA "
+                    "toolkit and NCCL; or pass --runtime-dir)"
+                  : "' (build the project, or pass --runtime-dir)");
     return kCompileError;
   }
   std::string tmpOut =
@@ -733,14 +793,16 @@ int compile(const CompileOptions &options, std::string &error,
   argv.insert(argv.end(),
               {"-o", tmpOut, "-x", "c", std::string(gluePath), "-x", "none",
                objPath, std::string(rtLib), "-lm", "-lpthread"});
-  if (training) {
-    // MPI link flags recorded by the runtime's CMake configuration.
+  if (training || cuda) {
+    // Link flags recorded by the runtime's CMake configuration: MPI for CPU
+    // training programs; CUDA, cuBLAS and NCCL for CUDA programs.
     SmallString<256> linkFile(options.runtimeLibDir);
-    llvm::sys::path::append(linkFile, "ddpc_train_runtime.link");
+    llvm::sys::path::append(linkFile, cuda ? "ddpc_cuda_runtime.link"
+                                           : "ddpc_train_runtime.link");
     auto buf = llvm::MemoryBuffer::getFile(linkFile);
     if (!buf) {
       error = "cannot read '" + std::string(linkFile) +
-              "' (MPI link flags of the training runtime)";
+              "' (link flags of the runtime)";
       return kCompileError;
     }
     SmallVector<StringRef> flags;

@@ -8,6 +8,7 @@
 #include "ddpc/Pipelines/Pipelines.h"
 
 #include "ddpc/Import/ONNX/Importer.h"
+#include "ddpc/Transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -15,6 +16,8 @@
 #include "mlir/InitAllPasses.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "llvm/Support/ErrorHandling.h"
 
 using namespace mlir;
@@ -30,7 +33,7 @@ void buildGraphOptimizationPipeline(OpPassManager &pm,
                                     const CPUPipelineOptions &options) {
   addPipeline(pm, "func.func(canonicalize,cse)");
   if (options.fuseElementwise)
-    addPipeline(pm, "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)");
+    addPipeline(pm, "func.func(ddpc-fuse-ops,canonicalize,cse)");
 }
 
 void buildBufferizationPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
@@ -55,6 +58,47 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
                   "reconcile-unrealized-casts");
 }
 
+void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {
+  addPipeline(pm,
+              "func.func(ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
+              "ddpc-memref-copy-to-linalg,convert-linalg-to-parallel-loops,"
+              "ddpc-collapse-parallel-loops,"
+              "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
+              "no-min-max-bounds},"
+              "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
+              "gpu-kernel-outlining,ddpc-gpu-merge-modules,ddpc-gpu-host-sync,"
+              "lower-affine,convert-scf-to-cf,canonicalize,cse");
+}
+
+void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
+  for (const std::string &chip : options.chips) {
+    // PTX ISA 8.0 (CUDA 12.0+) covers sm_50 ... sm_90a.
+    std::string attach =
+        "nvvm-attach-target{chip=" + chip + " features=+ptx80 O=3";
+    if (!options.libdevice.empty())
+      attach += " l=" + options.libdevice;
+    addPipeline(pm, attach + "}");
+  }
+  addPipeline(pm, "gpu.module(convert-gpu-to-nvvm,canonicalize,cse,"
+                  "reconcile-unrealized-casts),"
+                  "gpu-module-to-binary{format=isa}");
+}
+
+void buildCUDAHostLoweringPipeline(OpPassManager &pm,
+                                   const CUDAPipelineOptions &) {
+  addPipeline(pm, "expand-strided-metadata,lower-affine,"
+                  "arith-expand{include-bf16},"
+                  "convert-math-to-llvm,convert-math-to-libm,"
+                  // Before gpu-to-llvm, whose own memref patterns would
+                  // lower allocations to host malloc.
+                  "finalize-memref-to-llvm{use-generic-functions},"
+                  "gpu-to-llvm,"
+                  "convert-arith-to-llvm,convert-index-to-llvm,"
+                  "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
+                  "convert-cf-to-llvm,convert-ub-to-llvm,"
+                  "reconcile-unrealized-casts");
+}
+
 void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options) {
   buildGraphOptimizationPipeline(pm, options);
   buildBufferizationPipeline(pm, options);
@@ -73,6 +117,11 @@ void registerPipelines() {
         "ddpc-lower-to-llvm", "ddpc lowering of bufferized IR to LLVM",
         [](OpPassManager &pm) { buildLowerToLLVMPipeline(pm, {}); });
     PassPipelineRegistration<>(
+        "ddpc-gpu-kernels",
+        "ddpc CUDA target: bufferized IR to outlined gpu kernels, GEMM "
+        "library calls and host synchronization",
+        [](OpPassManager &pm) { buildGPUKernelPipeline(pm, {}); });
+    PassPipelineRegistration<>(
         "ddpc-cpu-pipeline", "the whole ddpc CPU pipeline after import",
         [](OpPassManager &pm) { buildCPUPipeline(pm, {}); });
     return true;
@@ -84,11 +133,15 @@ void registerAllDDPCDialects(DialectRegistry &registry) {
   registerAllDialects(registry);
   registerAllExtensions(registry);
   registerImportDialects(registry);
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  // gpu-module-to-binary translates kernels to LLVM IR in-process.
+  registerAllToLLVMIRTranslations(registry);
 }
 
 void registerAllDDPCPasses() {
   static bool once = [] {
     registerAllPasses();
+    registerTransformsPasses();
     return true;
   }();
   (void)once;

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Runtime/Memory.h"
 #include "ddpc/Runtime/ModelABI.h"
 #include "ddpc/Runtime/Npy.h"
 
@@ -23,8 +24,6 @@
 using namespace ddpc::runtime;
 
 namespace {
-
-constexpr size_t kBufferAlign = 64;
 
 /// Static description of one model input or output, read from the ABI tables.
 struct TensorSpec {
@@ -65,15 +64,11 @@ std::string sanitize(const std::string &name) {
 class AlignedBuffer {
 public:
   bool allocate(size_t bytes) {
-    size_t rounded = std::max<size_t>(bytes, 1);
-    rounded = (rounded + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
-    ptr = std::aligned_alloc(kBufferAlign, rounded);
-    if (ptr)
-      std::memset(ptr, 0, rounded);
+    ptr = ddpc::runtime::allocateBuffer(bytes);
     size = bytes;
     return ptr != nullptr;
   }
-  ~AlignedBuffer() { std::free(ptr); }
+  ~AlignedBuffer() { ddpc::runtime::freeBuffer(ptr); }
   AlignedBuffer() = default;
   AlignedBuffer(const AlignedBuffer &) = delete;
   AlignedBuffer &operator=(const AlignedBuffer &) = delete;

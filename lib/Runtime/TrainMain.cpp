@@ -19,6 +19,7 @@
 
 #include "ddpc/Runtime/Checkpoint.h"
 #include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/Memory.h"
 #include "ddpc/Runtime/Npy.h"
 
 #include "ddpc/Runtime/OnnxWriter.h"
@@ -43,7 +44,6 @@ using namespace ddpc::runtime;
 
 namespace {
 
-constexpr size_t kAlign = 64;
 constexpr int32_t kOnnxFloat = 1;
 constexpr int32_t kOnnxInt64 = 7;
 
@@ -57,16 +57,13 @@ public:
   }
   Aligned(const Aligned &) = delete;
   Aligned &operator=(const Aligned &) = delete;
-  ~Aligned() { std::free(ptr); }
+  ~Aligned() { freeBuffer(ptr); }
 
   void allocate(size_t bytes) {
-    size_t rounded =
-        (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-    ptr = std::aligned_alloc(kAlign, rounded);
+    ptr = allocateBuffer(bytes);
     if (!ptr)
       fatalError("out of memory allocating " + std::to_string(bytes) +
                  " bytes");
-    std::memset(ptr, 0, rounded);
     size = bytes;
   }
   float *f() const { return static_cast<float *>(ptr); }

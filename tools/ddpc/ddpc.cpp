@@ -32,10 +32,23 @@ static cl::opt<std::string>
                cl::desc("Output file (an executable by default; '-' "
                         "for stdout with text --emit kinds)"),
                cl::value_desc("file"), cl::sub(compileCmd), cl::cat(category));
-static cl::opt<std::string> target("target",
-                                   cl::desc("Code generation target: cpu"),
-                                   cl::init("cpu"), cl::sub(compileCmd),
-                                   cl::cat(category));
+static cl::opt<std::string> target(
+    "target",
+    cl::desc("Code generation target: cpu (native code, MPI; default) or "
+             "cuda (generated CUDA kernels, cuBLAS GEMMs, NCCL allreduce; "
+             "one process per GPU, same program options)"),
+    cl::init("cpu"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string> cudaArch(
+    "cuda-arch",
+    cl::desc("--target cuda: GPU architectures to build kernels for, e.g. "
+             "sm_80,sm_90 (default sm_80; newer GPUs JIT the PTX of the "
+             "last one)"),
+    cl::init("sm_80"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string> cudaPath(
+    "cuda-path",
+    cl::desc("--target cuda: CUDA toolkit folder (default: $CUDA_HOME, "
+             "$CUDA_PATH or /usr/local/cuda)"),
+    cl::sub(compileCmd), cl::cat(category));
 static cl::opt<ddpc::EmitKind>
     emit("emit", cl::desc("What to produce"),
          cl::init(ddpc::EmitKind::Executable),
@@ -53,7 +66,11 @@ static cl::opt<ddpc::EmitKind>
                         "a native executable (default)"),
              clEnumValN(ddpc::EmitKind::SharedLibrary, "shared",
                         "a shared library exporting ddpc_invoke and the model "
-                        "tables (ModelABI.h), for in-process use")),
+                        "tables (ModelABI.h), for in-process use"),
+             clEnumValN(ddpc::EmitKind::PTX, "ptx",
+                        "--target cuda: the generated kernels as PTX, one "
+                        "listing per architecture"),
+             clEnumValN(ddpc::EmitKind::PTX, "cuda", "same as --emit=ptx")),
          cl::sub(compileCmd), cl::cat(category));
 static cl::list<std::string>
     dims("dim",
@@ -226,6 +243,8 @@ int main(int argc, char **argv) {
       argc, argv,
       "ddpc: an ahead-of-time compiler from ONNX models to native programs\n\n"
       "  ddpc compile model.onnx --target cpu -o prog\n"
+      "  ddpc compile model.onnx --target cuda --cuda-arch sm_80,sm_90 -o "
+      "prog\n"
       "  ./prog --input NAME=x.npy ... --output-dir out/\n\n"
       "Run 'ddpc compile --help' for the compile options.\n"
       "Exit codes: 0 success, 1 error, 2 unsupported op/attribute/dtype.\n");
@@ -240,9 +259,17 @@ int main(int argc, char **argv) {
   options.outputPath = outputFile;
   options.target = target;
   options.emit = emit;
+  options.cudaRoot = cudaPath;
+  {
+    std::string err;
+    if (!ddpc::parseCUDAArchs(cudaArch, options.cudaArchs, err)) {
+      errs() << "error: " << err << "\n";
+      return 1;
+    }
+  }
   if (options.outputPath.empty()) {
     if (emit == ddpc::EmitKind::MLIR || emit == ddpc::EmitKind::LoweredMLIR ||
-        emit == ddpc::EmitKind::LLVMIR) {
+        emit == ddpc::EmitKind::LLVMIR || emit == ddpc::EmitKind::PTX) {
       options.outputPath = "-";
     } else {
       errs() << "error: no output file: pass -o FILE\n";

@@ -10,6 +10,7 @@
 #include "ddpc/Import/ONNX/Importer.h"
 #include "ddpc/Pipelines/Pipelines.h"
 #include "ddpc/Target/CPU/ObjectEmitter.h"
+#include "ddpc/Target/CUDA/FatBinary.h"
 #include "ddpc/Training/TrainOptions.h"
 
 #include <string>
@@ -26,6 +27,7 @@ enum class EmitKind {
   Object,        ///< relocatable object file (plus its glue, see ModelABI.h)
   Executable,    ///< native executable linked with the runtime
   SharedLibrary, ///< shared library exporting the ModelABI symbols (Python)
+  PTX,           ///< --target cuda: the generated kernels as PTX text
 };
 
 struct CompileOptions {
@@ -33,7 +35,12 @@ struct CompileOptions {
   std::string inputPath;
   /// Output path; "-" prints text kinds to stdout.
   std::string outputPath;
+  /// "cpu" or "cuda".
   std::string target = "cpu";
+  /// --target cuda: GPU architectures (one cubin each, plus the PTX of the
+  /// last one in the fatbin) and the CUDA toolkit folder (empty: search).
+  std::vector<std::string> cudaArchs = {"sm_80"};
+  std::string cudaRoot;
   EmitKind emit = EmitKind::Executable;
   ImportOptions import;
   CPUPipelineOptions pipeline;
@@ -60,7 +67,8 @@ struct CompileOptions {
 /// What `compile` reports besides the output file.
 struct CompileResult {
   /// (stage name, IR text) in pipeline order: "import", then for training
-  /// programs "training" and "parallel", then "fused" and "lowered". Filled
+  /// programs "training" and "parallel", then "fused", then with --target
+  /// cuda "gpu-kernels" and "nvvm", then "lowered". Filled
   /// when CompileOptions::captureStages is set.
   std::vector<std::pair<std::string, std::string>> stages;
   /// The compiler's plan as JSON: inputs, outputs, parameters (bytes),

@@ -11,6 +11,9 @@
 
 #include "mlir/Support/LLVM.h"
 
+#include <string>
+#include <vector>
+
 namespace mlir {
 class OpPassManager;
 class DialectRegistry;
@@ -44,8 +47,37 @@ void buildLowerToLLVMPipeline(mlir::OpPassManager &pm,
 void buildCPUPipeline(mlir::OpPassManager &pm,
                       const CPUPipelineOptions &options);
 
+/// Options of the CUDA target.
+struct CUDAPipelineOptions {
+  /// GPU architectures to compile kernels for ("sm_80", "sm_90", ...).
+  std::vector<std::string> chips = {"sm_80"};
+  /// Path of NVIDIA's libdevice bitcode (math functions); empty: none.
+  std::string libdevice;
+};
+
+/// CUDA target, stage "gpu-kernels": on bufferized IR, contractions become
+/// ddpc_gemm_f32 (cuBLAS) calls, every other linalg op one outlined
+/// gpu.func (one thread per output element, blocks of 256), and host code
+/// waits for the compute stream before touching memory (ddpc-gpu-host-sync).
+void buildGPUKernelPipeline(mlir::OpPassManager &pm,
+                            const CUDAPipelineOptions &options);
+
+/// CUDA target, stage "nvvm": attaches one NVVM target per chip, lowers the
+/// kernels to NVVM and serializes each gpu.module to PTX (one object per
+/// chip). The driver then
+/// assembles the PTX into one fatbin (lib/Target/CUDA).
+void buildNVVMPipeline(mlir::OpPassManager &pm,
+                       const CUDAPipelineOptions &options);
+
+/// CUDA target, stage "lowered": host code to LLVM; memref allocations call
+/// the runtime's _mlir_memref_to_llvm_alloc/free (device-visible memory),
+/// kernel launches become mgpu* runtime calls (gpu-to-llvm, after the memref
+/// lowering so that its own patterns never allocate with host malloc).
+void buildCUDAHostLoweringPipeline(mlir::OpPassManager &pm,
+                                   const CUDAPipelineOptions &options);
+
 /// Registers the pipelines above as `ddpc-graph-opt`, `ddpc-bufferize`,
-/// `ddpc-lower-to-llvm` and `ddpc-cpu-pipeline`.
+/// `ddpc-lower-to-llvm`, `ddpc-gpu-kernels` and `ddpc-cpu-pipeline`.
 void registerPipelines();
 
 /// Registers every dialect and upstream pass the pipelines use.

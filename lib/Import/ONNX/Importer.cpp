@@ -748,7 +748,15 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   }
 
   const OpRegistry &ops = getRegistry();
+  int64_t nodeIndex = 0;
   for (const auto &node : graph.node()) {
+    // Ops built for this node carry its name (the op type and index when
+    // the node is unnamed), so fusion groups and diagnostics can name it.
+    gi.loc = NameLoc::get(StringAttr::get(
+        func.getContext(),
+        node.name().empty() ? node.op_type() + "_" + std::to_string(nodeIndex)
+                            : node.name()));
+    ++nodeIndex;
     const std::string &domain = node.domain();
     int64_t nodeOpset = opset;
     if (!domain.empty() && domain != "ai.onnx") {

@@ -1,0 +1,99 @@
+//===- Passes.h - ddpc's own transformation passes --------------*- C++ -*-===//
+//
+// Part of ddpc. Passes that are ours (the rest of every pipeline is upstream
+// MLIR, see lib/Pipelines). All are registered with `ddpc-opt` under the
+// names given below.
+//
+// Target-independent (tensor level):
+//   ddpc-fuse-ops            operator fusion into kernel-sized groups
+//
+// GPU lowering helpers (memref level, used by the CUDA pipeline only):
+//   ddpc-gemm-to-library-call   contraction generics -> ddpc_gemm_f32 calls
+//   ddpc-scatter-to-atomic      reduction generics with non-injective
+//                               outputs -> parallel loops with atomic adds
+//   ddpc-memref-copy-to-linalg  memref.copy -> linalg.copy (device copies)
+//   ddpc-collapse-parallel-loops  n-d scf.parallel -> 1-d (one thread/elem)
+//   ddpc-gpu-host-sync          device/host ordering for host memory accesses
+//   ddpc-gpu-merge-modules      all kernels in one gpu.module
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_TRANSFORMS_PASSES_H
+#define DDPC_TRANSFORMS_PASSES_H
+
+#include "mlir/Pass/Pass.h"
+
+#include <memory>
+
+namespace ddpc {
+
+/// Operator fusion (`ddpc-fuse-ops`, on func.func, linalg on tensors).
+///
+/// Groups elementwise (all-parallel) linalg.generic producers with their
+/// consumers, which may be elementwise ops or reductions, using upstream
+/// `linalg::fuseElementwiseOps` with a cost policy of our own:
+///   * the producer must be all-parallel (a reduction result is a kernel
+///     boundary: it needs every input before any output);
+///   * the consumer must read each producer element once (its indexing map
+///     for the operand is a permutation of all its loops), so fusion never
+///     multiplies work: contractions (MatMul/Gemm/Conv) keep their operands
+///     as separate kernels and stay recognizable for library calls;
+///   * a producer with several users is recomputed only if its body has at
+///     most `maxRecomputeOps` operations.
+/// Every linalg op that remains is one kernel ("fusion group"); it gets
+///   ddpc.fusion_group = <i64 id>   (program order within the function)
+///   ddpc.fused_nodes = [names]     (the ONNX nodes it computes)
+/// which `--dump-ir` shows. The pass never fails.
+std::unique_ptr<mlir::Pass> createFuseOpsPass(unsigned maxRecomputeOps = 8);
+
+/// `ddpc-gemm-to-library-call` (func.func, bufferized IR). A linalg.generic
+/// that is a float32 contraction C[b,m,n] += A[b,m|k,k|m] * B[b,k|n,n|k]
+/// over dense identity-layout memrefs becomes
+///   func.call @ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C)
+/// (i64 sizes, i32 flags, i64 aligned pointers), which computes
+/// C = op(A) * op(B) + C on row-major buffers (the runtime maps it to
+/// cublasSgemmStridedBatched). Other contractions are left alone and become
+/// generated kernels.
+std::unique_ptr<mlir::Pass> createGemmToLibraryCallPass();
+
+/// `ddpc-scatter-to-atomic` (func.func, bufferized IR). A linalg.generic
+/// whose output indexing map is not a projected permutation (a gradient of
+/// a convolution or pooling window w.r.t. its input: out[h + kh] += ...) has
+/// no parallel loop, so it would run on the host. When its body is
+/// `yield acc + f(inputs)` it becomes an scf.parallel over all loops whose
+/// body does `memref.atomic_rmw addf` of f(inputs): the same sum, computed
+/// by one GPU thread per iteration. Float addition order then varies
+/// between runs (as with PyTorch's atomics-based backward kernels).
+std::unique_ptr<mlir::Pass> createScatterToAtomicPass();
+
+/// `ddpc-memref-copy-to-linalg` (func.func): memref.copy -> linalg.copy, so
+/// that copies between device buffers become kernels instead of host
+/// memcpy calls.
+std::unique_ptr<mlir::Pass> createMemRefCopyToLinalgPass();
+
+/// `ddpc-collapse-parallel-loops` (func.func): collapses every outermost
+/// n-d scf.parallel into a 1-d one (row-major linearization), so that
+/// tiling by the block size maps one GPU thread to one output element.
+std::unique_ptr<mlir::Pass> createCollapseParallelLoopsPass();
+
+/// `ddpc-gpu-host-sync` (module, after gpu-kernel-outlining). Kernel
+/// launches, GEMM and allreduce calls are asynchronous on the runtime's
+/// compute stream. This pass inserts `func.call @ddpc_gpu_host_sync()`
+/// (which waits for that stream) before every host-side memref access or
+/// call into other code that follows device work in the same block, and
+/// before the return of every public function, so that results handed back
+/// to the runtime are complete.
+std::unique_ptr<mlir::Pass> createGPUHostSyncPass();
+
+/// `ddpc-gpu-merge-modules` (module, after gpu-kernel-outlining): moves
+/// every kernel into one gpu.module @ddpc_kernels (kernel @M::@F becomes
+/// @ddpc_kernels::@M), so each architecture is assembled once and the
+/// program loads one image.
+std::unique_ptr<mlir::Pass> createGPUMergeModulesPass();
+
+/// Registers all passes above with the global pass registry.
+void registerTransformsPasses();
+
+} // namespace ddpc
+
+#endif // DDPC_TRANSFORMS_PASSES_H

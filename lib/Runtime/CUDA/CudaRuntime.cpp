@@ -1,0 +1,345 @@
+//===- CudaRuntime.cpp - device, kernels, memory, GEMM (CUDA) -----------===//
+//
+// Part of ddpc. Implements, for programs compiled with `--target cuda`:
+//   * the GPU runtime calls that MLIR's gpu-to-llvm lowering emits
+//     (mgpuModuleLoad, mgpuModuleGetFunction, mgpuLaunchKernel,
+//     mgpuStream*), on the driver API. Modules are loaded lazily, on the
+//     first launch, because their loads run from global constructors,
+//     before main() has chosen the rank's device;
+//   * the allocation functions of finalize-memref-to-llvm with
+//     use-generic-functions (_mlir_memref_to_llvm_alloc/aligned_alloc/free):
+//     a caching allocator over cudaMallocManaged. Freed blocks are kept per
+//     size and reused; reuse is safe without synchronization because all
+//     device work is ordered on the one compute stream;
+//   * Memory.h for the runtime's own buffers (cudaMallocManaged);
+//   * ddpc_gpu_host_sync (see ddpc-gpu-host-sync) and ddpc_gemm_f32
+//     (cublasSgemmStridedBatched, FP32 math, no TF32).
+// Every CUDA, driver and cuBLAS call is checked; a failure ends the job with
+// the call, the rank and the library's message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaRuntime.h"
+
+#include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/Memory.h"
+
+#include <cublas_v2.h>
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+namespace ddpc {
+namespace runtime {
+namespace cuda {
+
+namespace {
+
+int gDevice = -1;
+cudaStream_t gCompute = nullptr;
+cublasHandle_t gBlas = nullptr;
+std::mutex gInitMutex;
+/// Name of the last kernel launched (for error messages).
+const char *gLastKernel = "(none)";
+
+void checkDriver(CUresult result, const char *call) {
+  if (result == CUDA_SUCCESS)
+    return;
+  const char *msg = nullptr;
+  cuGetErrorString(result, &msg);
+  callFailed(call, msg ? msg : ("CUresult " + std::to_string(result)));
+}
+
+void checkBlas(cublasStatus_t status, const char *call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    callFailed(call, cublasGetStatusString(status));
+}
+
+} // namespace
+
+int localRankFromEnvironment() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                           "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char *v = std::getenv(name))
+      return std::atoi(v);
+  return 0;
+}
+
+[[noreturn]] void callFailed(const char *call, const std::string &message) {
+  fatalError(std::string("CUDA call ") + call + " failed: " + message);
+}
+
+void check(cudaError_t result, const char *call) {
+  if (result != cudaSuccess)
+    callFailed(call, cudaGetErrorString(result));
+}
+
+void ensureDevice() {
+  if (gCompute)
+    return;
+  std::lock_guard<std::mutex> lock(gInitMutex);
+  if (gCompute)
+    return;
+  int count = 0;
+  cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess || count == 0)
+    fatalError(std::string("no CUDA device is usable (cudaGetDeviceCount: ") +
+               (rc == cudaSuccess ? "0 devices" : cudaGetErrorString(rc)) +
+               "); run programs compiled with --target cuda on a machine "
+               "with an NVIDIA GPU and driver");
+  gDevice = localRankFromEnvironment() % count;
+  check(cudaSetDevice(gDevice), "cudaSetDevice");
+  check(cudaFree(nullptr), "cudaFree(0) (context creation)");
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+        "cudaStreamCreateWithFlags");
+  checkBlas(cublasCreate(&gBlas), "cublasCreate");
+  checkBlas(cublasSetStream(gBlas, stream), "cublasSetStream");
+  checkBlas(cublasSetMathMode(gBlas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  gCompute = stream;
+}
+
+int device() {
+  ensureDevice();
+  return gDevice;
+}
+
+cudaStream_t computeStream() {
+  ensureDevice();
+  return gCompute;
+}
+
+} // namespace cuda
+
+//===----------------------------------------------------------------------===//
+// Memory.h: the runtime's buffers
+//===----------------------------------------------------------------------===//
+
+void *allocateBuffer(size_t bytes) {
+  cuda::ensureDevice();
+  size_t rounded = (std::max<size_t>(bytes, 1) + kBufferAlignment - 1) /
+                   kBufferAlignment * kBufferAlignment;
+  void *ptr = nullptr;
+  if (cudaMallocManaged(&ptr, rounded, cudaMemAttachGlobal) != cudaSuccess)
+    return nullptr;
+  std::memset(ptr, 0, rounded);
+  return ptr;
+}
+
+void freeBuffer(void *ptr) {
+  if (!ptr)
+    return;
+  // Compiled work reading the buffer may still be queued.
+  cuda::check(cudaStreamSynchronize(cuda::computeStream()),
+              "cudaStreamSynchronize");
+  cuda::check(cudaFree(ptr), "cudaFree");
+}
+
+} // namespace runtime
+} // namespace ddpc
+
+using namespace ddpc::runtime;
+using namespace ddpc::runtime::cuda;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Caching allocator for compiled code
+//===----------------------------------------------------------------------===//
+
+/// Blocks are multiples of 256 bytes (cudaMallocManaged returns 256-byte
+/// aligned memory, more than any alignment the compiled code asks for).
+constexpr size_t kBlock = 256;
+
+struct Pool {
+  std::mutex mutex;
+  std::unordered_map<void *, size_t> live;
+  std::multimap<size_t, void *> cached;
+
+  void *allocate(size_t bytes) {
+    size_t size = (std::max<size_t>(bytes, 1) + kBlock - 1) / kBlock * kBlock;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cached.find(size);
+    if (it != cached.end()) {
+      void *ptr = it->second;
+      cached.erase(it);
+      live.emplace(ptr, size);
+      return ptr;
+    }
+    ensureDevice();
+    void *ptr = nullptr;
+    if (cudaMallocManaged(&ptr, size, cudaMemAttachGlobal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      // Give the cached blocks back and retry once.
+      check(cudaStreamSynchronize(computeStream()), "cudaStreamSynchronize");
+      for (auto &entry : cached)
+        check(cudaFree(entry.second), "cudaFree");
+      cached.clear();
+      check(cudaMallocManaged(&ptr, size, cudaMemAttachGlobal),
+            ("cudaMallocManaged(" + std::to_string(size) + " bytes)").c_str());
+    }
+    live.emplace(ptr, size);
+    return ptr;
+  }
+
+  void release(void *ptr) {
+    if (!ptr)
+      return;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = live.find(ptr);
+    if (it == live.end())
+      return; // Not ours (a runtime buffer); never freed by compiled code.
+    cached.emplace(it->second, ptr);
+    live.erase(it);
+  }
+};
+
+Pool &pool() {
+  static Pool *p = new Pool; // Never destroyed: used until exit.
+  return *p;
+}
+
+/// A gpu.module binary, loaded into the rank's context on first use.
+struct LazyModule {
+  const void *data;
+  size_t size;
+  CUmodule module = nullptr;
+  std::mutex mutex;
+  std::unordered_map<std::string, CUfunction> functions;
+};
+
+std::unordered_map<CUfunction, const char *> &kernelNames() {
+  static auto *names = new std::unordered_map<CUfunction, const char *>;
+  return *names;
+}
+
+} // namespace
+
+extern "C" {
+
+//===----------------------------------------------------------------------===//
+// MLIR gpu-to-llvm runtime calls
+//===----------------------------------------------------------------------===//
+
+void *mgpuModuleLoad(void *data, size_t size) {
+  // Runs from a global constructor: only record the image.
+  return new LazyModule{data, size};
+}
+
+void mgpuModuleUnload(void *) {
+  // Runs from a global destructor, possibly after the CUDA context is gone:
+  // the driver frees modules with the context at exit.
+}
+
+void *mgpuModuleGetFunction(void *handle, const char *name) {
+  auto *m = static_cast<LazyModule *>(handle);
+  std::lock_guard<std::mutex> lock(m->mutex);
+  auto it = m->functions.find(name);
+  if (it != m->functions.end())
+    return it->second;
+  ensureDevice();
+  if (!m->module)
+    checkDriver(cuModuleLoadData(&m->module, m->data),
+                "cuModuleLoadData (kernel image; was the program compiled "
+                "with --cuda-arch for this GPU?)");
+  CUfunction fn = nullptr;
+  checkDriver(cuModuleGetFunction(&fn, m->module, name),
+              (std::string("cuModuleGetFunction(") + name + ")").c_str());
+  m->functions.emplace(name, fn);
+  kernelNames().emplace(fn, strdup(name));
+  return fn;
+}
+
+void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t smem, void *stream,
+                      void **params, void **extra, size_t /*paramsCount*/) {
+  auto fn = static_cast<CUfunction>(function);
+  auto name = kernelNames().find(fn);
+  gLastKernel = name == kernelNames().end() ? "(unknown)" : name->second;
+  if (gridX <= 0 || gridY <= 0 || gridZ <= 0)
+    return; // Zero-size launch: nothing to do.
+  checkDriver(cuLaunchKernel(fn, gridX, gridY, gridZ, blockX, blockY, blockZ,
+                             smem, static_cast<CUstream>(stream), params,
+                             extra),
+              (std::string("cuLaunchKernel(") + gLastKernel + ")").c_str());
+}
+
+/// gpu-to-llvm brackets each synchronous launch with a stream create,
+/// synchronize and destroy. All of them use the one compute stream; host
+/// ordering comes from ddpc_gpu_host_sync calls (ddpc-gpu-host-sync).
+void *mgpuStreamCreate() { return computeStream(); }
+void mgpuStreamDestroy(void *) {}
+void mgpuStreamSynchronize(void *) {}
+
+//===----------------------------------------------------------------------===//
+// finalize-memref-to-llvm{use-generic-functions}
+//===----------------------------------------------------------------------===//
+
+void *_mlir_memref_to_llvm_alloc(size_t size) { return pool().allocate(size); }
+
+void *_mlir_memref_to_llvm_aligned_alloc(size_t alignment, size_t size) {
+  if (alignment > kBlock)
+    fatalError("compiled code asked for " + std::to_string(alignment) +
+               "-byte alignment; the CUDA allocator provides 256");
+  return pool().allocate(size);
+}
+
+void _mlir_memref_to_llvm_free(void *ptr) { pool().release(ptr); }
+
+//===----------------------------------------------------------------------===//
+// ddpc entry points
+//===----------------------------------------------------------------------===//
+
+/// Waits for all work queued on the compute stream. While waiting, checks
+/// NCCL for errors and allreduces that exceed the collective timeout.
+void ddpc_gpu_host_sync() {
+  cudaStream_t stream = computeStream();
+  for (int iter = 0;; ++iter) {
+    cudaError_t rc = cudaStreamQuery(stream);
+    if (rc == cudaSuccess)
+      return;
+    if (rc != cudaErrorNotReady)
+      callFailed("cudaStreamQuery",
+                 std::string(cudaGetErrorString(rc)) +
+                     " (last kernel launched: " + gLastKernel + ")");
+    pollCollectives();
+    if (iter > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+/// C[b] = op(A[b]) * op(B[b]) + C[b] for b < batch, float32 row-major:
+/// op(A) is [m, k] (A stored [m, k], or [k, m] when transA), op(B) is
+/// [k, n] (B stored [k, n], or [n, k] when transB), C is [m, n]. Pointers
+/// are device-visible addresses passed as integers. Row-major C = A B is
+/// column-major C^T = B^T A^T, so cuBLAS gets the operands swapped.
+void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
+                   int32_t transA, int32_t transB, int64_t a, int64_t b,
+                   int64_t c) {
+  computeStream(); // Initializes cuBLAS.
+  const float one = 1.0f;
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int64_t ldb = transB ? k : n;
+  int64_t lda = transA ? m : k;
+  checkBlas(cublasSgemmStridedBatched(
+                gBlas, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                static_cast<int>(k), &one, reinterpret_cast<const float *>(b),
+                static_cast<int>(ldb), k * n,
+                reinterpret_cast<const float *>(a), static_cast<int>(lda),
+                m * k, &one, reinterpret_cast<float *>(c), static_cast<int>(n),
+                m * n, static_cast<int>(batch)),
+            "cublasSgemmStridedBatched");
+}
+
+} // extern "C"

@@ -1,0 +1,56 @@
+//===- CudaRuntime.h - CUDA runtime internals -------------------*- C++ -*-===//
+//
+// Part of ddpc's CUDA runtime (libddpc_cuda_runtime.a and
+// libddpc_cuda_train_runtime.a). Not installed; compiled code sees only the
+// C entry points (mgpu*, _mlir_memref_to_llvm_*, ddpc_gemm_f32,
+// ddpc_gpu_host_sync, ddpc_rt_allreduce_sum_f32).
+//
+// One process per GPU: the device is the local rank (from the launcher's
+// environment: OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID or
+// LOCAL_RANK; 0 without a launcher) modulo the number of visible devices.
+// All compiled work runs in order on one compute stream; gradient
+// allreduces run on a communication stream ordered with events.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_LIB_RUNTIME_CUDA_CUDARUNTIME_H
+#define DDPC_LIB_RUNTIME_CUDA_CUDARUNTIME_H
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace ddpc {
+namespace runtime {
+namespace cuda {
+
+/// Local rank from the launcher's environment (0 when not launched).
+int localRankFromEnvironment();
+
+/// Selects the rank's device and creates the compute stream on first use.
+/// Ends the job (fatalError) when no device is usable.
+void ensureDevice();
+
+/// The device chosen by ensureDevice().
+int device();
+
+/// The stream all compiled kernels, GEMMs and allocations are ordered on.
+cudaStream_t computeStream();
+
+/// Ends the job: "CUDA call <call> failed: <message>" (rank prefixed by
+/// fatalError).
+[[noreturn]] void callFailed(const char *call, const std::string &message);
+
+/// Checks a CUDA runtime API result.
+void check(cudaError_t result, const char *call);
+
+/// Called while the host waits for the compute stream: checks NCCL for
+/// asynchronous errors and pending allreduces against the collective
+/// timeout (CudaCollectives.cpp). Ends the job on failure.
+void pollCollectives();
+
+} // namespace cuda
+} // namespace runtime
+} // namespace ddpc
+
+#endif // DDPC_LIB_RUNTIME_CUDA_CUDARUNTIME_H

@@ -1,0 +1,28 @@
+//===- HostMemory.cpp - runtime buffers of the CPU target -----------------===//
+//
+// See Memory.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Runtime/Memory.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace ddpc {
+namespace runtime {
+
+void *allocateBuffer(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + kBufferAlignment - 1) /
+                   kBufferAlignment * kBufferAlignment;
+  void *ptr = std::aligned_alloc(kBufferAlignment, rounded);
+  if (ptr)
+    std::memset(ptr, 0, rounded);
+  return ptr;
+}
+
+void freeBuffer(void *ptr) { std::free(ptr); }
+
+} // namespace runtime
+} // namespace ddpc

@@ -1,0 +1,131 @@
+//===- FuseOps.cpp - operator fusion into kernel groups -------------------===//
+//
+// Part of ddpc. See Passes.h (createFuseOpsPass) for the policy. The fusion
+// itself (merging two linalg.generic bodies and composing indexing maps) is
+// upstream's linalg::fuseElementwiseOps; this file decides what to fuse and
+// labels the resulting groups.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+
+namespace ddpc {
+namespace {
+
+bool allParallel(linalg::GenericOp op) {
+  return op.getNumReductionLoops() == 0;
+}
+
+unsigned bodySize(linalg::GenericOp op) {
+  // Operations in the body, without the terminator.
+  return op.getRegion().front().getOperations().size() - 1;
+}
+
+/// Collects the ONNX node names (NameLocs) inside `loc`, in order.
+void collectNames(Location loc, llvm::SetVector<StringRef> &names) {
+  loc->walk([&](Location l) {
+    if (auto n = dyn_cast<NameLoc>(l))
+      names.insert(n.getName().getValue());
+    return WalkResult::advance();
+  });
+}
+
+struct FuseOpsPass : PassWrapper<FuseOpsPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseOpsPass)
+
+  explicit FuseOpsPass(unsigned maxRecompute) : maxRecompute(maxRecompute) {}
+
+  StringRef getArgument() const override { return "ddpc-fuse-ops"; }
+  StringRef getDescription() const override {
+    return "Fuse elementwise producers into consumers (one kernel per "
+           "group) and label the groups";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<linalg::LinalgDialect>();
+  }
+
+  /// Whether to fuse the producer of `operand` into its owner.
+  bool shouldFuse(OpOperand &operand) const {
+    auto consumer = dyn_cast<linalg::GenericOp>(operand.getOwner());
+    auto producer = operand.get().getDefiningOp<linalg::GenericOp>();
+    if (!consumer || !producer || !allParallel(producer))
+      return false;
+    if (!consumer.isDpsInput(&operand))
+      return false;
+    // One read per producer element: no duplicated work.
+    if (!consumer.getMatchingIndexingMap(&operand).isPermutation())
+      return false;
+    if (!operand.get().hasOneUse() && bodySize(producer) > maxRecompute)
+      return false;
+    return linalg::areElementwiseOpsFusable(&operand);
+  }
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    IRRewriter rewriter(func.getContext());
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      SmallVector<linalg::GenericOp> consumers;
+      func.walk([&](linalg::GenericOp op) { consumers.push_back(op); });
+      for (linalg::GenericOp consumer : consumers) {
+        for (OpOperand &operand : consumer->getOpOperands()) {
+          if (!shouldFuse(operand))
+            continue;
+          Operation *producer = operand.get().getDefiningOp();
+          Location fusedLoc =
+              rewriter.getFusedLoc({producer->getLoc(), consumer->getLoc()});
+          rewriter.setInsertionPoint(consumer);
+          FailureOr<linalg::ElementwiseOpFusionResult> fused =
+              linalg::fuseElementwiseOps(rewriter, &operand);
+          if (failed(fused))
+            continue;
+          fused->fusedOp->setLoc(fusedLoc);
+          // Only the consumer's results move to the fused op; other users
+          // of the producer keep the producer (it is recomputed there).
+          for (auto [orig, repl] : fused->replacements)
+            if (orig.getDefiningOp() == consumer.getOperation())
+              rewriter.replaceAllUsesWith(orig, repl);
+          rewriter.eraseOp(consumer);
+          if (producer->use_empty())
+            rewriter.eraseOp(producer);
+          changed = true;
+          break; // `consumer` is gone; its operands with it.
+        }
+        if (changed)
+          break;
+      }
+    }
+    // Label the groups.
+    int64_t id = 0;
+    Builder b(func.getContext());
+    func.walk([&](linalg::LinalgOp op) {
+      llvm::SetVector<StringRef> names;
+      collectNames(op->getLoc(), names);
+      SmallVector<Attribute> nameAttrs;
+      for (StringRef n : names)
+        nameAttrs.push_back(b.getStringAttr(n));
+      op->setAttr("ddpc.fusion_group", b.getI64IntegerAttr(id++));
+      op->setAttr("ddpc.fused_nodes", b.getArrayAttr(nameAttrs));
+    });
+  }
+
+  unsigned maxRecompute;
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createFuseOpsPass(unsigned maxRecomputeOps) {
+  return std::make_unique<FuseOpsPass>(maxRecomputeOps);
+}
+
+} // namespace ddpc

@@ -1,0 +1,521 @@
+//===- GPUPasses.cpp - memref-level helpers of the CUDA pipeline ----------===//
+//
+// Part of ddpc. See Passes.h for what each pass does. Everything between
+// these passes in the CUDA pipeline is upstream (convert-linalg-to-parallel-
+// loops, scf-parallel-loop-tiling, gpu-map-parallel-loops,
+// convert-parallel-loops-to-gpu, gpu-kernel-outlining, ...).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+
+using namespace mlir;
+
+namespace ddpc {
+namespace {
+
+/// Names of the runtime entry points that enqueue work on the compute
+/// stream (they need no host synchronization before them).
+constexpr StringLiteral kGemmFn = "ddpc_gemm_f32";
+constexpr StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
+constexpr StringLiteral kSyncFn = "ddpc_gpu_host_sync";
+
+/// Returns (declaring it if needed) a private function `name` : `type`.
+func::FuncOp getOrDeclare(ModuleOp module, StringRef name, FunctionType type) {
+  if (auto f = module.lookupSymbol<func::FuncOp>(name))
+    return f;
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  auto f = func::FuncOp::create(b, module.getLoc(), name, type);
+  f.setPrivate();
+  return f;
+}
+
+bool denseF32(Value v) {
+  auto t = dyn_cast<MemRefType>(v.getType());
+  return t && t.hasStaticShape() && t.getLayout().isIdentity() &&
+         t.getElementType().isF32();
+}
+
+//===----------------------------------------------------------------------===//
+// ddpc-gemm-to-library-call
+//===----------------------------------------------------------------------===//
+
+/// Position of each dim of `map`'s results in `dims` order, or failure when
+/// the results are not exactly those dims.
+bool resultsAre(AffineMap map, ArrayRef<unsigned> dims) {
+  if (map.getNumResults() != dims.size())
+    return false;
+  for (auto [e, d] : llvm::zip(map.getResults(), dims)) {
+    auto de = dyn_cast<AffineDimExpr>(e);
+    if (!de || de.getPosition() != d)
+      return false;
+  }
+  return true;
+}
+
+struct GemmToLibraryCallPass
+    : PassWrapper<GemmToLibraryCallPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GemmToLibraryCallPass)
+  StringRef getArgument() const override { return "ddpc-gemm-to-library-call"; }
+  StringRef getDescription() const override {
+    return "Replace float32 (batched) matmul generics on dense buffers with "
+           "calls to the runtime's ddpc_gemm_f32 (cuBLAS)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, func::FuncDialect,
+                    memref::MemRefDialect>();
+  }
+
+  void runOnOperation() override {
+    SmallVector<linalg::LinalgOp> candidates;
+    getOperation().walk([&](linalg::LinalgOp op) {
+      if (op.hasPureBufferSemantics() && op.getNumDpsInputs() == 2 &&
+          op.getNumDpsInits() == 1 && linalg::isaContractionOpInterface(op))
+        candidates.push_back(op);
+    });
+    for (linalg::LinalgOp op : candidates)
+      (void)rewrite(op);
+  }
+
+  LogicalResult rewrite(linalg::LinalgOp op) {
+    Value a = op.getDpsInputOperand(0)->get();
+    Value bm = op.getDpsInputOperand(1)->get();
+    Value c = op.getDpsInitOperand(0)->get();
+    if (!denseF32(a) || !denseF32(bm) || !denseF32(c))
+      return failure();
+    FailureOr<linalg::ContractionDimensions> dims =
+        linalg::inferContractionDims(op);
+    if (failed(dims) || dims->m.size() != 1 || dims->n.size() != 1 ||
+        dims->k.size() != 1 || dims->batch.size() > 1 ||
+        op.getNumLoops() != 3 + dims->batch.size())
+      return failure();
+    SmallVector<unsigned> batch(dims->batch.begin(), dims->batch.end());
+    unsigned m = dims->m[0], n = dims->n[0], k = dims->k[0];
+    auto with = [&](unsigned x, unsigned y) {
+      SmallVector<unsigned> r = batch;
+      r.push_back(x);
+      r.push_back(y);
+      return r;
+    };
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    int transA, transB;
+    if (resultsAre(maps[0], with(m, k)))
+      transA = 0;
+    else if (resultsAre(maps[0], with(k, m)))
+      transA = 1;
+    else
+      return failure();
+    if (resultsAre(maps[1], with(k, n)))
+      transB = 0;
+    else if (resultsAre(maps[1], with(n, k)))
+      transB = 1;
+    else
+      return failure();
+    if (!resultsAre(maps[2], with(m, n)))
+      return failure();
+
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    int64_t batchSize = batch.empty() ? 1 : ranges[batch[0]];
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    auto i64 = [&](int64_t v) {
+      return arith::ConstantIntOp::create(b, loc, v, 64).getResult();
+    };
+    auto i32 = [&](int64_t v) {
+      return arith::ConstantIntOp::create(b, loc, v, 32).getResult();
+    };
+    auto ptr = [&](Value mem) {
+      Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+      return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx)
+          .getResult();
+    };
+    SmallVector<Value> args = {i64(batchSize), i64(ranges[m]), i64(ranges[n]),
+                               i64(ranges[k]), i32(transA),    i32(transB),
+                               ptr(a),         ptr(bm),        ptr(c)};
+    auto module = op->getParentOfType<ModuleOp>();
+    auto fn = getOrDeclare(module, kGemmFn,
+                           b.getFunctionType(ValueRange(args).getTypes(), {}));
+    auto call = func::CallOp::create(b, loc, fn, args);
+    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+      if (Attribute v = op->getAttr(attr))
+        call->setAttr(attr, v);
+    call->setAttr("ddpc.library", b.getStringAttr("cublas"));
+    op->erase();
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-scatter-to-atomic
+//===----------------------------------------------------------------------===//
+
+struct ScatterToAtomicPass
+    : PassWrapper<ScatterToAtomicPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ScatterToAtomicPass)
+  StringRef getArgument() const override { return "ddpc-scatter-to-atomic"; }
+  StringRef getDescription() const override {
+    return "Turn additive reduction generics without parallel output loops "
+           "into parallel loops with atomic adds";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<affine::AffineDialect, arith::ArithDialect,
+                    memref::MemRefDialect, scf::SCFDialect>();
+  }
+
+  void runOnOperation() override {
+    SmallVector<linalg::GenericOp> candidates;
+    getOperation().walk([&](linalg::GenericOp op) {
+      if (!op.hasPureBufferSemantics() || op.getNumDpsInits() != 1)
+        return;
+      AffineMap outMap = op.getIndexingMapsArray().back();
+      if (outMap.isProjectedPermutation() && op.getNumParallelLoops() > 0)
+        return; // Upstream maps its parallel loops to threads.
+      candidates.push_back(op);
+    });
+    for (linalg::GenericOp op : candidates)
+      (void)rewrite(op);
+  }
+
+  /// The value added to the accumulator when the body is `yield acc + v`
+  /// (either operand order) and `acc` has no other use; null otherwise.
+  static Value additiveContribution(linalg::GenericOp op) {
+    Block &body = op.getRegion().front();
+    BlockArgument acc = body.getArguments().back();
+    auto yield = cast<linalg::YieldOp>(body.getTerminator());
+    auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
+    if (!add || !acc.hasOneUse())
+      return {};
+    if (add.getLhs() == acc)
+      return add.getRhs();
+    if (add.getRhs() == acc)
+      return add.getLhs();
+    return {};
+  }
+
+  LogicalResult rewrite(linalg::GenericOp op) {
+    Value contribution = additiveContribution(op);
+    Value out = op.getDpsInitOperand(0)->get();
+    auto outType = dyn_cast<MemRefType>(out.getType());
+    if (!contribution || !outType || !isa<FloatType>(outType.getElementType()))
+      return failure();
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    if (llvm::any_of(ranges, ShapedType::isDynamic))
+      return failure();
+    Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+    Value one = arith::ConstantIndexOp::create(b, loc, 1);
+    SmallVector<Value> lbs(ranges.size(), zero), steps(ranges.size(), one);
+    SmallVector<Value> ubs;
+    for (int64_t r : ranges)
+      ubs.push_back(arith::ConstantIndexOp::create(b, loc, r));
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    Block &body = op.getRegion().front();
+    Operation *addOp = body.getTerminator()->getOperand(0).getDefiningOp();
+    auto indices = [&](OpBuilder &nb, AffineMap map, ValueRange ivs) {
+      SmallVector<Value> idx;
+      for (AffineExpr e : map.getResults())
+        idx.push_back(affine::AffineApplyOp::create(
+            nb, loc, AffineMap::get(map.getNumDims(), 0, e), ivs));
+      return idx;
+    };
+    scf::ParallelOp::create(
+        b, loc, lbs, ubs, steps,
+        [&](OpBuilder &nb, Location l, ValueRange ivs) {
+          IRMapping mapping;
+          for (OpOperand *in : op.getDpsInputOperands()) {
+            Value v = in->get();
+            Value arg = body.getArgument(in->getOperandNumber());
+            if (isa<MemRefType>(v.getType()))
+              v = memref::LoadOp::create(
+                  nb, l, v, indices(nb, maps[in->getOperandNumber()], ivs));
+            mapping.map(arg, v);
+          }
+          for (Operation &inner : body.without_terminator()) {
+            if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+              mapping.map(index.getResult(), ivs[index.getDim()]);
+              continue;
+            }
+            if (&inner == addOp)
+              continue;
+            nb.clone(inner, mapping);
+          }
+          memref::AtomicRMWOp::create(nb, l, arith::AtomicRMWKind::addf,
+                                      mapping.lookupOrDefault(contribution),
+                                      out, indices(nb, maps.back(), ivs));
+        });
+    op->erase();
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-memref-copy-to-linalg
+//===----------------------------------------------------------------------===//
+
+struct MemRefCopyToLinalgPass
+    : PassWrapper<MemRefCopyToLinalgPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(MemRefCopyToLinalgPass)
+  StringRef getArgument() const override {
+    return "ddpc-memref-copy-to-linalg";
+  }
+  StringRef getDescription() const override {
+    return "Rewrite memref.copy as linalg.copy (a kernel on GPU targets)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<linalg::LinalgDialect>();
+  }
+  void runOnOperation() override {
+    SmallVector<memref::CopyOp> copies;
+    getOperation().walk([&](memref::CopyOp op) { copies.push_back(op); });
+    for (memref::CopyOp op : copies) {
+      OpBuilder b(op);
+      linalg::CopyOp::create(b, op.getLoc(), op.getSource(), op.getTarget());
+      op->erase();
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-collapse-parallel-loops
+//===----------------------------------------------------------------------===//
+
+struct CollapseParallelLoopsPass
+    : PassWrapper<CollapseParallelLoopsPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CollapseParallelLoopsPass)
+  StringRef getArgument() const override {
+    return "ddpc-collapse-parallel-loops";
+  }
+  StringRef getDescription() const override {
+    return "Collapse outermost n-d scf.parallel loops into 1-d loops";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<affine::AffineDialect, arith::ArithDialect>();
+  }
+  void runOnOperation() override {
+    SmallVector<scf::ParallelOp> loops;
+    getOperation().walk([&](scf::ParallelOp op) {
+      if (!op->getParentOfType<scf::ParallelOp>() && op.getNumLoops() > 1)
+        loops.push_back(op);
+    });
+    IRRewriter rewriter(&getContext());
+    for (scf::ParallelOp op : loops) {
+      std::vector<unsigned> all;
+      for (unsigned i = 0; i < op.getNumLoops(); ++i)
+        all.push_back(i);
+      rewriter.setInsertionPoint(op);
+      collapseParallelLoops(rewriter, op, {all});
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-gpu-host-sync
+//===----------------------------------------------------------------------===//
+
+bool isDeviceWork(Operation *op) {
+  if (isa<gpu::LaunchFuncOp>(op))
+    return true;
+  if (auto call = dyn_cast<func::CallOp>(op))
+    return call.getCallee() == kGemmFn || call.getCallee() == kAllReduceFn;
+  return false;
+}
+
+/// Whether `op` (or an op nested in it) reads or writes memory on the host.
+bool touchesHostMemory(Operation *op) {
+  bool found = false;
+  op->walk([&](Operation *inner) {
+    if (isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp,
+            memref::CopyOp, memref::GenericAtomicRMWOp>(inner) ||
+        (isa<func::CallOp>(inner) && !isDeviceWork(inner) &&
+         cast<func::CallOp>(inner).getCallee() != kSyncFn)) {
+      found = true;
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+bool containsDeviceWork(Operation *op) {
+  bool found = false;
+  op->walk([&](Operation *inner) {
+    if (isDeviceWork(inner) ||
+        (isa<func::CallOp>(inner) &&
+         cast<func::CallOp>(inner).getCallee() != kSyncFn)) {
+      found = true;
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+struct GPUHostSyncPass : PassWrapper<GPUHostSyncPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GPUHostSyncPass)
+  StringRef getArgument() const override { return "ddpc-gpu-host-sync"; }
+  StringRef getDescription() const override {
+    return "Wait for the compute stream before host memory accesses that "
+           "follow device work, and before returning from public functions";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<func::FuncDialect>();
+  }
+
+  func::FuncOp syncFn;
+
+  void sync(Operation *before) {
+    OpBuilder b(before);
+    func::CallOp::create(b, before->getLoc(), syncFn, ValueRange{});
+  }
+
+  /// Processes `block`; `dirty` says device work may be pending on entry.
+  /// Returns whether device work may be pending at the end.
+  bool processBlock(Block &block, bool dirty) {
+    for (Operation &op : llvm::make_early_inc_range(block)) {
+      if (isDeviceWork(&op)) {
+        dirty = true;
+        continue;
+      }
+      if (auto call = dyn_cast<func::CallOp>(op)) {
+        if (call.getCallee() == kSyncFn) {
+          dirty = false;
+          continue;
+        }
+        // Another function of the program: it synchronizes before its own
+        // host accesses (callees start dirty), and may leave work pending.
+        dirty = true;
+        continue;
+      }
+      if (isa<func::ReturnOp>(op)) {
+        auto fn = cast<func::FuncOp>(op.getParentOp());
+        if (dirty && fn.isPublic())
+          sync(&op);
+        continue;
+      }
+      if (op.getNumRegions() > 0 && containsDeviceWork(&op)) {
+        // Device work inside (a host loop around launches): handle each
+        // region on its own, conservatively dirty on entry.
+        for (Region &r : op.getRegions())
+          for (Block &inner : r)
+            processBlock(inner, /*dirty=*/true);
+        dirty = true;
+        continue;
+      }
+      if (dirty && touchesHostMemory(&op)) {
+        sync(&op);
+        dirty = false;
+      }
+    }
+    return dirty;
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    syncFn =
+        getOrDeclare(module, kSyncFn, FunctionType::get(&getContext(), {}, {}));
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      for (Block &block : fn.getBody())
+        processBlock(block, /*dirty=*/true);
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-gpu-merge-modules
+//===----------------------------------------------------------------------===//
+
+struct GPUMergeModulesPass
+    : PassWrapper<GPUMergeModulesPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GPUMergeModulesPass)
+  StringRef getArgument() const override { return "ddpc-gpu-merge-modules"; }
+  StringRef getDescription() const override {
+    return "Move every outlined kernel into one gpu.module named "
+           "ddpc_kernels (one PTX/cubin per architecture)";
+  }
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<gpu::GPUModuleOp> modules(module.getOps<gpu::GPUModuleOp>());
+    if (modules.empty())
+      return;
+    MLIRContext *ctx = &getContext();
+    OpBuilder b(modules.front());
+    auto merged = gpu::GPUModuleOp::create(b, module.getLoc(), "ddpc_kernels");
+    Block &dest = merged.getBodyRegion().front();
+    // Kernel @M::@F is renamed @ddpc_kernels::@M (module names are unique).
+    DenseMap<Attribute, SymbolRefAttr> renamed;
+    for (gpu::GPUModuleOp m : modules) {
+      for (Operation &op :
+           llvm::make_early_inc_range(m.getBody()->without_terminator())) {
+        auto fn = dyn_cast<gpu::GPUFuncOp>(op);
+        if (!fn) {
+          signalPassFailure();
+          m.emitError("unexpected op in an outlined gpu.module");
+          return;
+        }
+        SymbolRefAttr old = SymbolRefAttr::get(
+            ctx, m.getName(), {FlatSymbolRefAttr::get(ctx, fn.getName())});
+        fn.setName(m.getName());
+        fn->moveBefore(&dest, dest.without_terminator().end());
+        renamed[old] = SymbolRefAttr::get(
+            ctx, merged.getName(), {FlatSymbolRefAttr::get(ctx, m.getName())});
+      }
+      m->erase();
+    }
+    module.walk([&](gpu::LaunchFuncOp launch) {
+      auto it = renamed.find(launch.getKernel());
+      if (it != renamed.end())
+        launch.setKernelAttr(it->second);
+    });
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createGPUMergeModulesPass() {
+  return std::make_unique<GPUMergeModulesPass>();
+}
+
+std::unique_ptr<Pass> createGemmToLibraryCallPass() {
+  return std::make_unique<GemmToLibraryCallPass>();
+}
+std::unique_ptr<Pass> createScatterToAtomicPass() {
+  return std::make_unique<ScatterToAtomicPass>();
+}
+std::unique_ptr<Pass> createMemRefCopyToLinalgPass() {
+  return std::make_unique<MemRefCopyToLinalgPass>();
+}
+std::unique_ptr<Pass> createCollapseParallelLoopsPass() {
+  return std::make_unique<CollapseParallelLoopsPass>();
+}
+std::unique_ptr<Pass> createGPUHostSyncPass() {
+  return std::make_unique<GPUHostSyncPass>();
+}
+
+void registerTransformsPasses() {
+  registerPass([] { return createFuseOpsPass(); });
+  registerPass([] { return createGemmToLibraryCallPass(); });
+  registerPass([] { return createScatterToAtomicPass(); });
+  registerPass([] { return createMemRefCopyToLinalgPass(); });
+  registerPass([] { return createCollapseParallelLoopsPass(); });
+  registerPass([] { return createGPUHostSyncPass(); });
+  registerPass([] { return createGPUMergeModulesPass(); });
+}
+
+} // namespace ddpc

@@ -1,0 +1,111 @@
+// RUN: ddpc-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,ddpc-memref-copy-to-linalg))' | FileCheck %s
+
+// Tests the memref-level rewrites of the CUDA pipeline.
+
+// Row-major C[m,n] += A[m,k] * B[n,k] (Gemm with transB=1): a cuBLAS call
+// with batch 1, m=4, n=3, k=8, transA=0, transB=1 and the three aligned
+// pointers; the generic is gone.
+// CHECK-LABEL: func.func @gemm_transb(
+// CHECK-DAG: %[[B1:.*]] = arith.constant 1 : i64
+// CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[N:.*]] = arith.constant 3 : i64
+// CHECK-DAG: %[[K:.*]] = arith.constant 8 : i64
+// CHECK-DAG: %[[F:.*]] = arith.constant 0 : i32
+// CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
+// CHECK: memref.extract_aligned_pointer_as_index %arg0
+// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}ddpc.library = "cublas"}
+// CHECK-NOT: linalg.generic
+// CHECK: func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64)
+#a = affine_map<(m, n, k) -> (m, k)>
+#bt = affine_map<(m, n, k) -> (n, k)>
+#c = affine_map<(m, n, k) -> (m, n)>
+func.func @gemm_transb(%x: memref<4x8xf32>, %w: memref<3x8xf32>, %y: memref<4x3xf32>) {
+  linalg.generic {indexing_maps = [#a, #bt, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<4x8xf32>, memref<3x8xf32>) outs(%y : memref<4x3xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Batched, A transposed (the weight gradient of a batched MatMul).
+// CHECK-LABEL: func.func @bmm_transa(
+// CHECK-DAG: %[[B:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
+// CHECK-DAG: %[[F:.*]] = arith.constant 0 : i32
+// CHECK: call @ddpc_gemm_f32(%[[B]], %{{.*}}, %{{.*}}, %{{.*}}, %[[T]], %[[F]],
+#a = affine_map<(b, m, n, k) -> (b, k, m)>
+#bb = affine_map<(b, m, n, k) -> (b, k, n)>
+#c = affine_map<(b, m, n, k) -> (b, m, n)>
+func.func @bmm_transa(%x: memref<2x8x4xf32>, %w: memref<2x8x3xf32>, %y: memref<2x4x3xf32>) {
+  linalg.generic {indexing_maps = [#a, #bb, #c], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<2x8x4xf32>, memref<2x8x3xf32>) outs(%y : memref<2x4x3xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// A strided view is not a dense buffer: the contraction stays a generic
+// (it becomes a generated kernel).
+// CHECK-LABEL: func.func @strided(
+// CHECK-NOT: ddpc_gemm_f32
+// CHECK: linalg.generic
+#a = affine_map<(m, n, k) -> (m, k)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+func.func @strided(%x: memref<4x8xf32, strided<[16, 1]>>, %w: memref<8x3xf32>, %y: memref<4x3xf32>) {
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<4x8xf32, strided<[16, 1]>>, memref<8x3xf32>) outs(%y : memref<4x3xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// The input gradient of a 1-D window (out[i + j] += g[i] * w[j]) has no
+// parallel loop: it becomes a 2-d scf.parallel with an atomic add, which
+// the GPU mapping turns into one thread per (i, j).
+// CHECK-LABEL: func.func @scatter(
+// CHECK: scf.parallel (%[[I:.*]], %[[J:.*]]) =
+// CHECK: %[[G:.*]] = memref.load %arg0
+// CHECK: %[[W:.*]] = memref.load %arg1
+// CHECK: %[[P:.*]] = arith.mulf %[[G]], %[[W]]
+// CHECK: %[[O:.*]] = affine.apply #{{.*}}(%[[I]], %[[J]])
+// CHECK: memref.atomic_rmw addf %[[P]], %arg2[%[[O]]]
+// CHECK-NOT: linalg.generic
+#g = affine_map<(i, j) -> (i)>
+#w = affine_map<(i, j) -> (j)>
+#o = affine_map<(i, j) -> (i + j)>
+func.func @scatter(%g: memref<6xf32>, %w: memref<3xf32>, %out: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#g, #w, #o], iterator_types = ["reduction", "reduction"]}
+      ins(%g, %w : memref<6xf32>, memref<3xf32>) outs(%out : memref<8xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %p = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @copy(
+// CHECK: linalg.copy ins(%arg0 : memref<4x4xf32>) outs(%arg1 : memref<4x4xf32>)
+// CHECK-NOT: memref.copy
+func.func @copy(%a: memref<4x4xf32>, %b: memref<4x4xf32>) {
+  memref.copy %a, %b : memref<4x4xf32> to memref<4x4xf32>
+  return
+}

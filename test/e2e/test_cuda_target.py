@@ -1,0 +1,102 @@
+"""The CUDA target without a GPU: the bundled examples compile for sm_80 and
+sm_90, the kernels assemble (ptxas + fatbinary), and the programs link
+against cuBLAS, NCCL and the CUDA driver without any MPI dependency.
+
+Running them needs a GPU: see scripts/gpu-prepare.sh and scripts/gpu-check.sh.
+Skipped (with the reason) on machines without the CUDA toolkit, or when
+CMake did not find CUDA and NCCL, since then the CUDA runtime is not built.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+READELF = shutil.which("llvm-readelf") or "/usr/lib/llvm-22/bin/llvm-readelf"
+
+# (model, extra compile flags): training programs and one inference program.
+CASES = [
+    ("examples/fashion_mnist/fmnist_cnn.onnx",
+     ["--train", "--batch-size", "32", "--optimizer", "adamw"]),
+    ("examples/digits/digits_mlp.onnx",
+     ["--train", "--batch-size", "64", "--optimizer", "sgd", "--momentum", "0.9"]),
+    ("examples/models/resnet_mini.onnx", ["--batch-size", "4"]),
+]
+
+
+def cuda_root():
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.access(os.path.join(root, "bin", "ptxas"), os.X_OK):
+            return root
+    return None
+
+
+pytestmark = pytest.mark.skipif(
+    cuda_root() is None or not (BUILD / "lib" / "libddpc_cuda_train_runtime.a").exists(),
+    reason="CUDA toolkit (ptxas) or the CUDA runtime archive is missing")
+
+
+def needed_libs(path):
+    out = subprocess.run([READELF, "--needed-libs", str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return {line.strip() for line in out.splitlines()[1:] if line.strip()}
+
+
+@pytest.mark.parametrize("model,flags", CASES, ids=[pathlib.Path(m).stem for m, _ in CASES])
+def test_compiles_and_links_for_sm80_sm90(ddpc, tmp_path, model, flags):
+    prog = tmp_path / "prog"
+    r = subprocess.run([ddpc, "compile", str(ROOT / model), *flags, "--target", "cuda",
+                        "--cuda-arch", "sm_80,sm_90", "-o", str(prog)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    libs = needed_libs(prog)
+    assert {"libcuda.so.1", "libcublas.so.13"} <= libs, libs
+    if "--train" in flags:
+        assert "libnccl.so.2" in libs, libs
+    assert not any("mpi" in lib for lib in libs), libs
+    data = prog.read_bytes()
+    # One embedded fatbin (header magic 0xBA55ED50, little endian).
+    assert data.count(b"\x50\xed\x55\xba") >= 1
+
+    ptx = subprocess.run([ddpc, "compile", str(ROOT / model), *flags, "--target", "cuda",
+                          "--cuda-arch", "sm_80,sm_90", "--emit=ptx", "-o", "-"],
+                         capture_output=True, text=True)
+    assert ptx.returncode == 0, ptx.stderr
+    assert ".target sm_80" in ptx.stdout and ".target sm_90" in ptx.stdout
+    kernels = ptx.stdout.count(".visible .entry")
+    assert kernels >= 2, kernels
+
+
+def test_cpu_and_cuda_share_the_pipeline_up_to_bufferization(ddpc, tmp_path):
+    """The graph stages are target independent: the fused IR (with its fusion
+    groups) is identical for both targets."""
+    model = ROOT / "examples/digits/digits_mlp.onnx"
+    dumps = {}
+    for target in ("cpu", "cuda"):
+        d = tmp_path / target
+        r = subprocess.run([ddpc, "compile", str(model), "--batch-size", "8", "--target", target,
+                            "--emit=lowered-mlir", "-o", str(tmp_path / f"{target}.mlir"),
+                            "--dump-ir", str(d)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        fused = sorted(d.glob("*_ddpc-fuse-ops.mlir"))
+        assert fused, "no ddpc-fuse-ops dump"
+        dumps[target] = fused[0].read_text()
+    assert "ddpc.fusion_group" in dumps["cpu"]
+    assert dumps["cpu"] == dumps["cuda"]
+
+
+def test_bad_cuda_options(ddpc, tmp_path):
+    model = str(ROOT / "examples/digits/digits_mlp.onnx")
+    r = subprocess.run([ddpc, "compile", model, "--target", "cuda", "--emit=shared",
+                        "-o", str(tmp_path / "x.so")], capture_output=True, text=True)
+    assert r.returncode == 1 and "--emit=shared is not supported with --target cuda" in r.stderr
+    assert not (tmp_path / "x.so").exists()
+    r = subprocess.run([ddpc, "compile", model, "--emit=ptx", "-o", str(tmp_path / "x.ptx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "--emit=ptx needs --target cuda" in r.stderr
+    r = subprocess.run([ddpc, "compile", model, "--target", "tpu", "-o", str(tmp_path / "x")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "unknown --target 'tpu'" in r.stderr
