@@ -6,7 +6,7 @@ PYTHON ?= python3
 CMAKE_FLAGS ?=
 
 .PHONY: all setup configure build test test-lit test-unit test-backend \
-        test-light test-python demo demo-inference bench clean format
+        test-light test-cuda-emulate test-python demo demo-inference bench clean format
 
 all: build
 
@@ -38,12 +38,19 @@ test-light: build
 	$(PYTHON) test/backend/run_backend_tests.py --suite light --jobs $(JOBS) \
 	  --report $(BUILD)/backend-light-report.md
 
+# The CUDA target's kernel-level IR (GEMM library calls, atomic
+# scatter-adds, thread-mapped loops) run on the CPU over the same suites:
+# tests the CUDA lowering without a GPU (docs/architecture.md).
+test-cuda-emulate: build
+	$(PYTHON) test/backend/run_backend_tests.py --suite node --suite light --jobs $(JOBS) \
+	  --target cuda-emulate --report $(BUILD)/backend-cuda-emulate-report.md
+
 # End-to-end CLI/model tests, the training runtime, and the Python API.
 test-python: build
 	DDPC_UNITTEST_DIR=$(CURDIR)/$(BUILD)/unittests PYTHONPATH=$(CURDIR)/$(BUILD)/python \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider test/e2e test/runtime test/python
 
-test: test-lit test-unit test-backend test-light test-python
+test: test-lit test-unit test-backend test-light test-cuda-emulate test-python
 
 # The main job: data-parallel training of a CNN on Fashion-MNIST (2 ranks),
 # then the digits MLP. Each checks test accuracy with onnxruntime.

@@ -463,8 +463,10 @@ int runTool(ArrayRef<std::string> argv, std::string &error) {
 
 int compile(const CompileOptions &options, std::string &error,
             const std::string &modelBytes, CompileResult *result) {
-  if (options.target != "cpu" && options.target != "cuda") {
-    error = "unknown --target '" + options.target + "' (supported: cpu, cuda)";
+  if (options.target != "cpu" && options.target != "cuda" &&
+      options.target != "cuda-emulate") {
+    error = "unknown --target '" + options.target +
+            "' (supported: cpu, cuda, cuda-emulate)";
     return kCompileError;
   }
   if (options.outputPath.empty()) {
@@ -706,6 +708,9 @@ int compile(const CompileOptions &options, std::string &error,
       return kCompileError;
   } else if (!runPhase("lowered", [&](OpPassManager &pm) {
                buildBufferizationPipeline(pm, options.pipeline);
+               // cuda-emulate: the CUDA kernel IR, run serially on the CPU.
+               if (options.target == "cuda-emulate")
+                 buildGPULoopPipeline(pm);
                buildLowerToLLVMPipeline(pm, options.pipeline);
              })) {
     return kCompileError;

@@ -58,14 +58,18 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
                   "reconcile-unrealized-casts");
 }
 
+void buildGPULoopPipeline(OpPassManager &pm) {
+  addPipeline(pm, "func.func(ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
+                  "ddpc-memref-copy-to-linalg,convert-linalg-to-parallel-loops,"
+                  "ddpc-collapse-parallel-loops,"
+                  "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
+                  "no-min-max-bounds})");
+}
+
 void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {
+  buildGPULoopPipeline(pm);
   addPipeline(pm,
-              "func.func(ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
-              "ddpc-memref-copy-to-linalg,convert-linalg-to-parallel-loops,"
-              "ddpc-collapse-parallel-loops,"
-              "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
-              "no-min-max-bounds},"
-              "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
+              "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
               "gpu-kernel-outlining,ddpc-gpu-merge-modules,ddpc-gpu-host-sync,"
               "lower-affine,convert-scf-to-cf,canonicalize,cse");
 }

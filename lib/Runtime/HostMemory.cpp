@@ -24,5 +24,18 @@ void *allocateBuffer(size_t bytes) {
 
 void freeBuffer(void *ptr) { std::free(ptr); }
 
+void zeroBuffer(void *ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
+
+void *allocateStaging(size_t bytes) { return allocateBuffer(bytes); }
+
+void freeStaging(void *ptr) { freeBuffer(ptr); }
+
+uint64_t copyFromStaging(void *dst, const void *src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return 0;
+}
+
+void waitStagingCopy(uint64_t) {}
+
 } // namespace runtime
 } // namespace ddpc

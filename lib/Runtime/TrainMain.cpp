@@ -31,12 +31,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -423,6 +426,124 @@ void gatherRow(const Dataset &ds, int64_t idx, int64_t row, float *x,
   std::memcpy(y + row * lb, ds.y.data() + idx * lb, lb);
 }
 
+/// Gathers the training micro-batches into staging memory (Memory.h) on a
+/// background thread, in exactly the order the training loop consumes
+/// them (epochs from `epoch`, steps from `step`, micro-batches k < K of
+/// this rank, epochOrder/sliceBegin of Sampler.h), `kSlots` micro-batches
+/// ahead, so that gathering overlaps the compiled step. Staging memory is
+/// page-locked on CUDA, where the loop copies it to the device
+/// asynchronously.
+class BatchPrefetcher {
+public:
+  static constexpr int kSlots = 2;
+
+  BatchPrefetcher(const Dataset &ds, int64_t B, int64_t K, int rank, int world,
+                  int64_t stepsPerEpoch, uint64_t seed, bool shuffle,
+                  int64_t epoch, int64_t step)
+      : ds(ds), B(B), K(K), rank(rank), world(world),
+        stepsPerEpoch(stepsPerEpoch), seed(seed), shuffle(shuffle),
+        epoch(epoch), step(step) {
+    xBytes = static_cast<size_t>(B * ds.rowFloats) * sizeof(float);
+    yBytes = static_cast<size_t>(B * ds.labelElems) * ds.labelItem;
+    for (Slot &slot : slots) {
+      slot.x = allocateStaging(xBytes);
+      slot.y = allocateStaging(yBytes);
+      if (!slot.x || !slot.y)
+        fatalError("out of memory allocating " +
+                   std::to_string(xBytes + yBytes) +
+                   " bytes of staging memory for input batches");
+    }
+    worker = std::thread([this] { run(); });
+  }
+
+  ~BatchPrefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    changed.notify_all();
+    worker.join();
+    for (Slot &slot : slots) {
+      freeStaging(slot.x);
+      freeStaging(slot.y);
+    }
+  }
+
+  /// Copies the next micro-batch into `x`/`y` (buffers from
+  /// allocateBuffer), ordered before compiled code called afterwards, and
+  /// hands its staging slot back once the copy has read it.
+  void next(void *x, void *y) {
+    Slot &slot = slots[consumed % kSlots];
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return produced > consumed; });
+    }
+    uint64_t tx = copyFromStaging(x, slot.x, xBytes);
+    uint64_t ty = copyFromStaging(y, slot.y, yBytes);
+    waitStagingCopy(tx);
+    waitStagingCopy(ty);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++consumed;
+    }
+    changed.notify_all();
+  }
+
+private:
+  struct Slot {
+    void *x = nullptr, *y = nullptr;
+  };
+
+  void run() {
+    std::vector<int64_t> order;
+    int64_t orderEpoch = -1;
+    for (;;) {
+      if (orderEpoch != epoch) {
+        order = epochOrder(ds.n, seed, epoch, shuffle);
+        orderEpoch = epoch;
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          changed.wait(
+              lock, [&] { return stopping || produced - consumed < kSlots; });
+          if (stopping)
+            return;
+        }
+        Slot &slot = slots[produced % kSlots];
+        int64_t begin = sliceBegin(step, k, rank, B, world, K);
+        for (int64_t j = 0; j < B; ++j)
+          gatherRow(ds, order[begin + j], j, static_cast<float *>(slot.x),
+                    static_cast<uint8_t *>(slot.y));
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          ++produced;
+        }
+        changed.notify_all();
+      }
+      if (++step == stepsPerEpoch) {
+        step = 0;
+        ++epoch;
+      }
+    }
+  }
+
+  const Dataset &ds;
+  const int64_t B, K;
+  const int rank, world;
+  const int64_t stepsPerEpoch;
+  const uint64_t seed;
+  const bool shuffle;
+  int64_t epoch, step; // the producer's position
+  size_t xBytes = 0, yBytes = 0;
+  Slot slots[kSlots];
+  std::mutex mutex;
+  std::condition_variable changed;
+  uint64_t produced = 0, consumed = 0;
+  bool stopping = false;
+  std::thread worker;
+};
+
 std::string jsonNumber(double v) {
   if (!std::isfinite(v))
     return "null";
@@ -702,26 +823,18 @@ int run(int argc, char **argv) {
   const float gradScale = 1.0f / static_cast<float>(world * K);
   int64_t lastCkptStep = resumed ? pos.globalStep : -1;
   int64_t progressEvery = std::max<int64_t>(1, (stepsPerEp + 9) / 10);
-  std::vector<int64_t> order;
-  int64_t orderEpoch = -1;
   Clock::time_point epochStart = Clock::now();
   int64_t epochSamplesHere = 0; // samples processed by this process in epoch
 
+  BatchPrefetcher prefetcher(train, B, K, rank, world, stepsPerEp, pos.seed,
+                             pos.shuffle != 0, pos.epoch, pos.stepInEpoch);
   while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
-    if (orderEpoch != pos.epoch) {
-      order = epochOrder(train.n, pos.seed, pos.epoch, pos.shuffle != 0);
-      orderEpoch = pos.epoch;
-    }
     Clock::time_point stepStart = Clock::now();
     for (int32_t i = 0; i < P; ++i)
-      std::memset(gradSets[cg].tensors[i].ptr, 0,
-                  params[i].numel * sizeof(float));
+      zeroBuffer(gradSets[cg].tensors[i].ptr, params[i].numel * sizeof(float));
     double local[2] = {0, 0}; // loss sum over micro-batches, correct
     for (int64_t k = 0; k < K; ++k) {
-      int64_t begin = sliceBegin(pos.stepInEpoch, k, rank, B, world, K);
-      for (int64_t j = 0; j < B; ++j)
-        gatherRow(train, order[begin + j], j, xBatch.f(),
-                  static_cast<uint8_t *>(yBatch.ptr));
+      prefetcher.next(xBatch.ptr, yBatch.ptr);
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)
         microArgs[a++] = paramSets[cp].tensors[i].ptr;

@@ -259,7 +259,12 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
     Args:
         model: path of an ``.onnx`` file (external data is resolved against
             its folder), the serialized bytes, or an ``onnx.ModelProto``.
-        target: code generation target; only ``"cpu"`` today.
+        target: code generation target: ``"cpu"`` (default), ``"cuda"``
+            (GPU executables: :meth:`Program.save` / :meth:`Program.train`
+            only, since :meth:`Program.run` needs a shared library, which
+            the CUDA target does not build; kernels for sm_80) or
+            ``"cuda-emulate"`` (the CUDA target's kernel IR on the CPU,
+            for tests).
         train: a :class:`TrainConfig` to build a training program, or None
             for inference.
         dims: values of symbolic dimensions by ``dim_param`` name

@@ -357,7 +357,8 @@ def top_level_ops(model: onnx.ModelProto) -> list[str]:
     return sorted(ops)
 
 
-def run_case(case: Case, ddpc: str, work_root: str, keep: bool) -> Result:
+def run_case(case: Case, ddpc: str, work_root: str, keep: bool,
+             target: str = "cpu") -> Result:
     """Compiles, runs and checks one case; never raises."""
     start = time.monotonic()
     result = Result(name=case.name, suite=case.suite, status="fail")
@@ -366,7 +367,7 @@ def run_case(case: Case, ddpc: str, work_root: str, keep: bool) -> Result:
         work.mkdir(parents=True, exist_ok=True)
         model = onnx.load(case.model, load_external_data=False)
         result.ops = top_level_ops(model)
-        _check_and_run(case, model, ddpc, work, start, result)
+        _check_and_run(case, model, ddpc, work, start, result, target)
         result.status = "pass"
     except Unsupported as e:
         result.status, result.message = "unsupported", str(e)
@@ -389,6 +390,7 @@ def _check_and_run(
     work: Path,
     start: float,
     result: Result,
+    target: str = "cpu",
 ) -> None:
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
@@ -441,7 +443,7 @@ def _check_and_run(
     bound: dict[str, Path] = {}
     by_name = dict(input_files)
     while True:
-        cmd = [ddpc, "compile", case.model, "--target", "cpu", "-o", str(prog)]
+        cmd = [ddpc, "compile", case.model, "--target", target, "-o", str(prog)]
         for name, path in bound.items():
             cmd += ["--bind-input", f"{name}={path}"]
         rc, err = _run_process(cmd, deadline, str(work))
@@ -594,6 +596,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ddpc", default=str(REPO_ROOT / "build" / "bin" / "ddpc"),
                    help="compiler CLI (default: <repo>/build/bin/ddpc)")  # fmt: skip
     p.add_argument("--jobs", "-j", type=int, default=2, help="parallel cases (default 2)")
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda-emulate"],
+                   help="ddpc --target (cuda-emulate: the CUDA target's kernel IR run on "
+                        "the CPU; default cpu)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds per case, compile + run (default 120; light: 600)")  # fmt: skip
     p.add_argument("--filter", help="only cases whose name matches this regex (re.search)")
@@ -671,7 +676,8 @@ def run(args: argparse.Namespace) -> int:
     total = len(cases)
     try:
         with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_case, c, ddpc, work_root, args.keep) for c in cases]
+            futures = [pool.submit(run_case, c, ddpc, work_root, args.keep, args.target)
+                       for c in cases]
             for future in concurrent.futures.as_completed(futures):
                 r = future.result()
                 classify(r, expected_failures)

@@ -36,7 +36,10 @@ static cl::opt<std::string> target(
     "target",
     cl::desc("Code generation target: cpu (native code, MPI; default) or "
              "cuda (generated CUDA kernels, cuBLAS GEMMs, NCCL allreduce; "
-             "one process per GPU, same program options)"),
+             "one process per GPU, same program options), or "
+             "cuda-emulate (testing: the CUDA target's kernel-level IR "
+             "run serially on the CPU, with a reference GEMM in place of "
+             "cuBLAS)"),
     cl::init("cpu"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<std::string> cudaArch(
     "cuda-arch",

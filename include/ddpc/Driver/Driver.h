@@ -35,7 +35,9 @@ struct CompileOptions {
   std::string inputPath;
   /// Output path; "-" prints text kinds to stdout.
   std::string outputPath;
-  /// "cpu" or "cuda".
+  /// "cpu", "cuda", or "cuda-emulate" (the CUDA target's kernel-level IR,
+  /// buildGPULoopPipeline, run serially on the CPU: a test of the CUDA
+  /// lowering without a GPU).
   std::string target = "cpu";
   /// --target cuda: GPU architectures (one cubin each, plus the PTX of the
   /// last one in the fatbin) and the CUDA toolkit folder (empty: search).

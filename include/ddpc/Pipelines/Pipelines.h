@@ -55,6 +55,13 @@ struct CUDAPipelineOptions {
   std::string libdevice;
 };
 
+/// The target-independent half of the CUDA kernel stage, on bufferized IR:
+/// contractions to ddpc_gemm_f32 calls, additive scatters to atomic
+/// parallel loops, copies to linalg, every linalg op to one 1-d
+/// scf.parallel tiled by the block size (256) with bounds guards. The
+/// `cuda-emulate` target runs exactly this IR serially on the CPU.
+void buildGPULoopPipeline(mlir::OpPassManager &pm);
+
 /// CUDA target, stage "gpu-kernels": on bufferized IR, contractions become
 /// ddpc_gemm_f32 (cuBLAS) calls, every other linalg op one outlined
 /// gpu.func (one thread per output element, blocks of 256), and host code

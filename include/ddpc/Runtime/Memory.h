@@ -14,6 +14,7 @@
 #define DDPC_RUNTIME_MEMORY_H
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ddpc {
 namespace runtime {
@@ -27,6 +28,27 @@ void *allocateBuffer(size_t bytes);
 
 /// Frees a buffer from allocateBuffer (nullptr is ignored).
 void freeBuffer(void *ptr);
+
+/// Sets `bytes` bytes of a buffer from allocateBuffer to zero, ordered
+/// before compiled code called afterwards (CUDA: cudaMemsetAsync on the
+/// compute stream, so the host never touches device-resident pages).
+void zeroBuffer(void *ptr, size_t bytes);
+
+/// Host staging memory for input batches, filled by the prefetch thread:
+/// page-locked on CUDA (cudaMallocHost), so copies from it are
+/// asynchronous DMA; allocateBuffer memory on the CPU. nullptr when out of
+/// memory.
+void *allocateStaging(size_t bytes);
+void freeStaging(void *ptr);
+
+/// Copies `bytes` from staging memory into a buffer from allocateBuffer,
+/// ordered before compiled code called afterwards (CUDA: cudaMemcpyAsync on
+/// the compute stream). Returns a token for waitStagingCopy.
+uint64_t copyFromStaging(void *dst, const void *src, size_t bytes);
+
+/// Blocks until the copy of `token` has read its source, so the staging
+/// memory may be refilled. Immediate on the CPU.
+void waitStagingCopy(uint64_t token);
 
 } // namespace runtime
 } // namespace ddpc

@@ -22,6 +22,7 @@
 #include "CudaRuntime.h"
 
 #include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/Gemm.h"
 #include "ddpc/Runtime/Memory.h"
 
 #include <cublas_v2.h>
@@ -142,6 +143,49 @@ void freeBuffer(void *ptr) {
   cuda::check(cudaStreamSynchronize(cuda::computeStream()),
               "cudaStreamSynchronize");
   cuda::check(cudaFree(ptr), "cudaFree");
+}
+
+void zeroBuffer(void *ptr, size_t bytes) {
+  cuda::check(cudaMemsetAsync(ptr, 0, bytes, cuda::computeStream()),
+              "cudaMemsetAsync");
+}
+
+void *allocateStaging(size_t bytes) {
+  cuda::ensureDevice();
+  void *ptr = nullptr;
+  if (cudaMallocHost(&ptr, std::max<size_t>(bytes, 1)) != cudaSuccess)
+    return nullptr;
+  return ptr;
+}
+
+void freeStaging(void *ptr) {
+  if (ptr)
+    cuda::check(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
+uint64_t copyFromStaging(void *dst, const void *src, size_t bytes) {
+  cudaStream_t stream = cuda::computeStream();
+  cudaEvent_t done;
+  cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+              "cudaEventCreateWithFlags");
+  cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync (input batch)");
+  cuda::check(cudaEventRecord(done, stream), "cudaEventRecord");
+  return reinterpret_cast<uint64_t>(done);
+}
+
+void waitStagingCopy(uint64_t token) {
+  auto done = reinterpret_cast<cudaEvent_t>(token);
+  for (;;) {
+    cudaError_t rc = cudaEventQuery(done);
+    if (rc == cudaSuccess)
+      break;
+    if (rc != cudaErrorNotReady)
+      cuda::check(rc, "cudaEventQuery (input batch copy)");
+    cuda::pollCollectives();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  cuda::check(cudaEventDestroy(done), "cudaEventDestroy");
 }
 
 } // namespace runtime
@@ -318,28 +362,22 @@ void ddpc_gpu_host_sync() {
   }
 }
 
-/// C[b] = op(A[b]) * op(B[b]) + C[b] for b < batch, float32 row-major:
-/// op(A) is [m, k] (A stored [m, k], or [k, m] when transA), op(B) is
-/// [k, n] (B stored [k, n], or [n, k] when transB), C is [m, n]. Pointers
-/// are device-visible addresses passed as integers. Row-major C = A B is
-/// column-major C^T = B^T A^T, so cuBLAS gets the operands swapped.
+/// See Gemm.h: the row-major product as cuBLAS's column-major call.
 void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                    int32_t transA, int32_t transB, int64_t a, int64_t b,
                    int64_t c) {
   computeStream(); // Initializes cuBLAS.
   const float one = 1.0f;
-  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  int64_t ldb = transB ? k : n;
-  int64_t lda = transA ? m : k;
-  checkBlas(cublasSgemmStridedBatched(
-                gBlas, opB, opA, static_cast<int>(n), static_cast<int>(m),
-                static_cast<int>(k), &one, reinterpret_cast<const float *>(b),
-                static_cast<int>(ldb), k * n,
-                reinterpret_cast<const float *>(a), static_cast<int>(lda),
-                m * k, &one, reinterpret_cast<float *>(c), static_cast<int>(n),
-                m * n, static_cast<int>(batch)),
-            "cublasSgemmStridedBatched");
+  ColumnMajorGemm g = toColumnMajor(batch, m, n, k, transA, transB, a, b, c);
+  auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  checkBlas(
+      cublasSgemmStridedBatched(
+          gBlas, op(g.transFirst), op(g.transSecond), static_cast<int>(g.rows),
+          static_cast<int>(g.cols), static_cast<int>(g.inner), &one, g.first,
+          static_cast<int>(g.ldFirst), g.strideFirst, g.second,
+          static_cast<int>(g.ldSecond), g.strideSecond, &one, g.out,
+          static_cast<int>(g.ldOut), g.strideOut, static_cast<int>(g.batch)),
+      "cublasSgemmStridedBatched");
 }
 
 } // extern "C"

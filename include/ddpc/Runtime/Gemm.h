@@ -1,0 +1,93 @@
+//===- Gemm.h - ddpc_gemm_f32 as a column-major BLAS call -------*- C++ -*-===//
+//
+// Compiled code calls (see ddpc-gemm-to-library-call)
+//   void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
+//                      int32_t transA, int32_t transB,
+//                      int64_t A, int64_t B, int64_t C);   // addresses
+// computing, for every b < batch, on dense row-major float32 buffers,
+//   C[b] (m x n) += op(A[b]) (m x k) * op(B[b]) (k x n)
+// where A[b] is stored m x k, or k x m when transA, and B[b] is stored
+// k x n, or n x k when transB. BLAS libraries (cuBLAS) are column-major: a
+// row-major matrix is its transpose in column-major order, so C = A B is
+// computed as C^T = B^T A^T, with the operands swapped. toColumnMajor()
+// derives that call once, for both the CUDA runtime (cublasSgemmStrided-
+// Batched) and the CPU reference used by the `cuda-emulate` target
+// (referenceGemm), so tests on the CPU check the argument mapping the GPU
+// uses.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_RUNTIME_GEMM_H
+#define DDPC_RUNTIME_GEMM_H
+
+#include <cstdint>
+
+namespace ddpc {
+namespace runtime {
+
+/// One strided-batched column-major SGEMM with alpha = beta = 1:
+/// out[b] (rows x cols, leading dim ldOut) += op(first[b]) (rows x inner) *
+/// op(second[b]) (inner x cols), op = transpose when the flag is set.
+struct ColumnMajorGemm {
+  bool transFirst, transSecond;
+  int64_t rows, cols, inner;
+  const float *first;
+  int64_t ldFirst, strideFirst;
+  const float *second;
+  int64_t ldSecond, strideSecond;
+  float *out;
+  int64_t ldOut, strideOut;
+  int64_t batch;
+};
+
+inline ColumnMajorGemm toColumnMajor(int64_t batch, int64_t m, int64_t n,
+                                     int64_t k, int32_t transA, int32_t transB,
+                                     int64_t a, int64_t b, int64_t c) {
+  ColumnMajorGemm g;
+  // C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
+  g.transFirst = transB != 0;
+  g.rows = n;
+  g.cols = m;
+  g.inner = k;
+  // Row-major B stored k x n is column-major n x k (= op(B)^T): no
+  // transpose, ld n. Stored n x k (transB) is column-major k x n: transpose,
+  // ld k. Likewise for A with (m, k).
+  g.first = reinterpret_cast<const float *>(b);
+  g.ldFirst = transB ? k : n;
+  g.strideFirst = k * n;
+  g.transSecond = transA != 0;
+  g.second = reinterpret_cast<const float *>(a);
+  g.ldSecond = transA ? m : k;
+  g.strideSecond = m * k;
+  g.out = reinterpret_cast<float *>(c);
+  g.ldOut = n;
+  g.strideOut = m * n;
+  g.batch = batch;
+  return g;
+}
+
+/// Plain loops computing `g` (the CPU reference; float accumulation per
+/// output element in order of the inner index).
+inline void referenceGemm(const ColumnMajorGemm &g) {
+  for (int64_t bt = 0; bt < g.batch; ++bt) {
+    const float *x = g.first + bt * g.strideFirst;
+    const float *y = g.second + bt * g.strideSecond;
+    float *z = g.out + bt * g.strideOut;
+    for (int64_t j = 0; j < g.cols; ++j)
+      for (int64_t i = 0; i < g.rows; ++i) {
+        float sum = 0.0f;
+        for (int64_t p = 0; p < g.inner; ++p) {
+          float xv = g.transFirst ? x[p + i * g.ldFirst] : x[i + p * g.ldFirst];
+          float yv =
+              g.transSecond ? y[j + p * g.ldSecond] : y[p + j * g.ldSecond];
+          sum += xv * yv;
+        }
+        z[i + j * g.ldOut] += sum;
+      }
+  }
+}
+
+} // namespace runtime
+} // namespace ddpc
+
+#endif // DDPC_RUNTIME_GEMM_H

@@ -1,0 +1,25 @@
+//===- GpuEmulation.cpp - CUDA runtime calls for the cuda-emulate target --===//
+//
+// `ddpc compile --target cuda-emulate` runs the CUDA target's kernel-level
+// IR (buildGPULoopPipeline) serially on the CPU, to test that lowering
+// without a GPU. The IR then calls these two runtime functions: the GEMM
+// through the same column-major mapping the CUDA runtime hands to cuBLAS
+// (Gemm.h), and a no-op host synchronization (CPU code is synchronous).
+// Part of the CPU runtime archives; linked only when referenced.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Runtime/Gemm.h"
+
+extern "C" {
+
+void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
+                   int32_t transA, int32_t transB, int64_t a, int64_t b,
+                   int64_t c) {
+  ddpc::runtime::referenceGemm(
+      ddpc::runtime::toColumnMajor(batch, m, n, k, transA, transB, a, b, c));
+}
+
+void ddpc_gpu_host_sync() {}
+
+} // extern "C"
