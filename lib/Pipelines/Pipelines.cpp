@@ -59,7 +59,8 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 }
 
 void buildGPULoopPipeline(OpPassManager &pm) {
-  addPipeline(pm, "func.func(ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
+  addPipeline(pm, "func.func(ddpc-plan-arena,"
+                  "ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
                   "ddpc-memref-copy-to-linalg,convert-linalg-to-parallel-loops,"
                   "ddpc-collapse-parallel-loops,"
                   "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "

@@ -516,6 +516,7 @@ void registerTransformsPasses() {
   registerPass([] { return createCollapseParallelLoopsPass(); });
   registerPass([] { return createGPUHostSyncPass(); });
   registerPass([] { return createGPUMergeModulesPass(); });
+  registerPass([] { return createPlanArenaPass(); });
 }
 
 } // namespace ddpc

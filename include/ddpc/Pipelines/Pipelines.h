@@ -56,7 +56,8 @@ struct CUDAPipelineOptions {
 };
 
 /// The target-independent half of the CUDA kernel stage, on bufferized IR:
-/// contractions to ddpc_gemm_f32 calls, additive scatters to atomic
+/// temporaries planned into one arena (ddpc-plan-arena), contractions to
+/// ddpc_gemm_f32 calls, additive scatters to atomic
 /// parallel loops, copies to linalg, every linalg op to one 1-d
 /// scf.parallel tiled by the block size (256) with bounds guards. The
 /// `cuda-emulate` target runs exactly this IR serially on the CPU.

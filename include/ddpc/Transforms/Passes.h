@@ -8,6 +8,7 @@
 //   ddpc-fuse-ops            operator fusion into kernel-sized groups
 //
 // GPU lowering helpers (memref level, used by the CUDA pipeline only):
+//   ddpc-plan-arena             temporaries at compile-time arena offsets
 //   ddpc-gemm-to-library-call   contraction generics -> ddpc_gemm_f32 calls
 //   ddpc-scatter-to-atomic      reduction generics with non-injective
 //                               outputs -> parallel loops with atomic adds
@@ -45,6 +46,18 @@ namespace ddpc {
 ///   ddpc.fused_nodes = [names]     (the ONNX nodes it computes)
 /// which `--dump-ir` shows. The pass never fails.
 std::unique_ptr<mlir::Pass> createFuseOpsPass(unsigned maxRecomputeOps = 8);
+
+/// `ddpc-plan-arena` (func.func, bufferized IR; CUDA pipeline). Static
+/// memory planning: every statically shaped temporary buffer of the
+/// function's body (a memref.alloc with one memref.dealloc in the same
+/// block, not escaping) gets a compile-time byte offset in one arena, so
+/// that buffers whose live ranges (alloc to dealloc, in program order) do
+/// not overlap share memory. The allocs become memref.view ops of one
+/// `memref.alloc() : memref<Nxi8>` (256-byte aligned offsets) made at
+/// function entry and freed before the return; the function gets
+/// `ddpc.arena_bytes = N` and `ddpc.arena_buffers = count`. Reuse is safe
+/// on the GPU because all device work of a rank is ordered on one stream.
+std::unique_ptr<mlir::Pass> createPlanArenaPass();
 
 /// `ddpc-gemm-to-library-call` (func.func, bufferized IR). A linalg.generic
 /// that is a float32 contraction C[b,m,n] += A[b,m|k,k|m] * B[b,k|n,n|k]

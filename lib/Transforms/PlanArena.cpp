@@ -1,0 +1,178 @@
+//===- PlanArena.cpp - static memory planning into one arena --------------===//
+//
+// Part of ddpc. See Passes.h (createPlanArenaPass).
+//
+// Offsets are assigned greedily, largest buffer first, at the lowest
+// 256-byte aligned offset that does not overlap a buffer already placed
+// whose live range intersects (the classic first-fit-decreasing heuristic
+// for offline dynamic storage allocation; see e.g. Pisarchyk & Lee,
+// "Efficient Memory Management for Deep Neural Net Inference", 2020).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Pass/Pass.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace ddpc {
+namespace {
+
+constexpr int64_t kArenaAlignment = 256;
+
+struct Buffer {
+  memref::AllocOp alloc;
+  memref::DeallocOp dealloc;
+  int64_t bytes;      // rounded up to kArenaAlignment
+  int64_t start, end; // live range: top-level op positions, inclusive
+  int64_t offset = -1;
+};
+
+/// Size in bytes of a statically shaped, identity-layout memref of
+/// byte-sized elements; 0 when not plannable.
+int64_t staticBytes(MemRefType type) {
+  if (!type.hasStaticShape() || !type.getLayout().isIdentity() ||
+      type.getMemorySpace())
+    return 0;
+  Type elem = type.getElementType();
+  if (!elem.isIntOrFloat() || elem.getIntOrFloatBitWidth() % 8 != 0)
+    return 0;
+  int64_t bytes = type.getNumElements() * (elem.getIntOrFloatBitWidth() / 8);
+  return std::max<int64_t>(bytes, 1);
+}
+
+struct PlanArenaPass : PassWrapper<PlanArenaPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlanArenaPass)
+  StringRef getArgument() const override { return "ddpc-plan-arena"; }
+  StringRef getDescription() const override {
+    return "Place the statically sized temporary buffers of a function in "
+           "one arena at compile-time offsets (live-range packing)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, memref::MemRefDialect>();
+  }
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal() || !func.getBody().hasOneBlock())
+      return;
+    Block &body = func.getBody().front();
+    DenseMap<Operation *, int64_t> position;
+    int64_t index = 0;
+    for (Operation &op : body)
+      position[&op] = index++;
+    auto topLevel = [&](Operation *op) {
+      while (op && op->getBlock() != &body)
+        op = op->getParentOp();
+      return op;
+    };
+
+    SmallVector<Buffer> buffers;
+    for (auto alloc : body.getOps<memref::AllocOp>()) {
+      int64_t bytes = staticBytes(alloc.getType());
+      if (!bytes || !alloc.getDynamicSizes().empty() ||
+          !alloc.getSymbolOperands().empty() ||
+          alloc.getAlignment().value_or(1) > kArenaAlignment)
+        continue;
+      memref::DeallocOp dealloc;
+      bool plannable = true;
+      for (Operation *user : alloc->getUsers()) {
+        if (auto d = dyn_cast<memref::DeallocOp>(user)) {
+          if (dealloc || d->getBlock() != &body)
+            plannable = false;
+          dealloc = d;
+        } else if (isa<func::ReturnOp>(user)) {
+          plannable = false; // Escapes.
+        }
+      }
+      if (!plannable || !dealloc)
+        continue;
+      int64_t start = position[alloc], end = position[dealloc];
+      // Every use (through any alias) must lie inside the live range; the
+      // deallocation pipeline guarantees it, this keeps the pass safe.
+      SmallVector<Value> worklist = {alloc.getResult()};
+      while (!worklist.empty() && plannable) {
+        Value v = worklist.pop_back_val();
+        for (Operation *user : v.getUsers()) {
+          Operation *top = topLevel(user);
+          if (!top || position[top] < start || position[top] > end)
+            plannable = false;
+          if (isa<ViewLikeOpInterface>(user))
+            for (Value r : user->getResults())
+              worklist.push_back(r);
+        }
+      }
+      if (!plannable)
+        continue;
+      int64_t rounded =
+          (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+      buffers.push_back({alloc, dealloc, rounded, start, end});
+    }
+    if (buffers.size() < 2)
+      return;
+
+    // First fit, decreasing size.
+    SmallVector<Buffer *> order;
+    for (Buffer &b : buffers)
+      order.push_back(&b);
+    llvm::stable_sort(order,
+                      [](Buffer *a, Buffer *b) { return a->bytes > b->bytes; });
+    SmallVector<Buffer *> placed;
+    int64_t total = 0;
+    for (Buffer *b : order) {
+      SmallVector<Buffer *> live;
+      for (Buffer *p : placed)
+        if (p->start <= b->end && b->start <= p->end)
+          live.push_back(p);
+      llvm::sort(live,
+                 [](Buffer *x, Buffer *y) { return x->offset < y->offset; });
+      int64_t offset = 0;
+      for (Buffer *p : live) {
+        if (offset + b->bytes <= p->offset)
+          break;
+        offset = std::max(offset, p->offset + p->bytes);
+      }
+      b->offset = offset;
+      total = std::max(total, offset + b->bytes);
+      placed.push_back(b);
+    }
+
+    OpBuilder builder(&getContext());
+    builder.setInsertionPointToStart(&body);
+    Location loc = func.getLoc();
+    auto arenaType = MemRefType::get({total}, builder.getI8Type());
+    Value arena = memref::AllocOp::create(
+        builder, loc, arenaType, builder.getI64IntegerAttr(kArenaAlignment));
+    for (Buffer &b : buffers) {
+      builder.setInsertionPoint(b.alloc);
+      Value offset =
+          arith::ConstantIndexOp::create(builder, b.alloc.getLoc(), b.offset);
+      Value view =
+          memref::ViewOp::create(builder, b.alloc.getLoc(), b.alloc.getType(),
+                                 arena, offset, ValueRange{});
+      b.alloc.getResult().replaceAllUsesWith(view);
+      b.dealloc->erase();
+      b.alloc->erase();
+    }
+    builder.setInsertionPoint(body.getTerminator());
+    memref::DeallocOp::create(builder, loc, arena);
+    func->setAttr("ddpc.arena_bytes", builder.getI64IntegerAttr(total));
+    func->setAttr("ddpc.arena_buffers",
+                  builder.getI64IntegerAttr(buffers.size()));
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createPlanArenaPass() {
+  return std::make_unique<PlanArenaPass>();
+}
+
+} // namespace ddpc
