@@ -15,6 +15,7 @@
 #include <map>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/Pass.h"
@@ -427,10 +428,61 @@ std::string buildReport(ModuleOp module, StringRef modelName,
   });
   root["collectives"] = std::move(collectives);
   root["collective_bytes"] = collectiveBytes;
+  // Fusion groups (ddpc-fuse-ops): one loop nest or kernel each.
+  int64_t groups = 0;
+  module.walk([&](Operation *op) {
+    if (op->hasAttr("ddpc.fusion_group"))
+      ++groups;
+  });
+  root["fusion_groups"] = groups;
   std::string s;
   llvm::raw_string_ostream os(s);
   os << llvm::json::Value(std::move(root));
   return s;
+}
+
+/// Adds the CUDA target's plan to `reportJSON`, from the IR after stage
+/// "gpu-kernels": per step function the kernel launches, cuBLAS GEMM calls
+/// and arena bytes (ddpc-plan-arena), plus the architectures.
+void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
+                   std::string &reportJSON) {
+  auto parsed = llvm::json::parse(reportJSON);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return;
+  }
+  llvm::json::Object *root = parsed->getAsObject();
+  llvm::json::Array functions;
+  int64_t kernels = 0;
+  module.walk([&](gpu::GPUFuncOp) { ++kernels; });
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (f.isExternal() || !f.isPublic())
+      continue;
+    int64_t launches = 0, gemms = 0;
+    f.walk([&](Operation *op) {
+      if (isa<gpu::LaunchFuncOp>(op))
+        ++launches;
+      else if (auto call = dyn_cast<func::CallOp>(op))
+        gemms += call.getCallee() == "ddpc_gemm_f32";
+    });
+    int64_t arena = 0;
+    if (auto a = f->getAttrOfType<IntegerAttr>("ddpc.arena_bytes"))
+      arena = a.getInt();
+    functions.push_back(llvm::json::Object{{"name", f.getName().str()},
+                                           {"kernel_launches", launches},
+                                           {"cublas_gemms", gemms},
+                                           {"arena_bytes", arena}});
+  }
+  llvm::json::Array archList;
+  for (const std::string &a : archs)
+    archList.push_back(a);
+  (*root)["cuda"] = llvm::json::Object{{"archs", std::move(archList)},
+                                       {"kernels", kernels},
+                                       {"functions", std::move(functions)}};
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::json::Value(std::move(*parsed));
+  reportJSON = s;
 }
 
 int runTool(ArrayRef<std::string> argv, std::string &error) {
@@ -682,12 +734,14 @@ int compile(const CompileOptions &options, std::string &error,
     llvm::sys::path::append(libdevice, "nvvm", "libdevice", "libdevice.10.bc");
     if (llvm::sys::fs::exists(libdevice))
       cudaOptions.libdevice = std::string(libdevice);
-    if (!runPhase("gpu-kernels",
-                  [&](OpPassManager &pm) {
-                    buildBufferizationPipeline(pm, options.pipeline);
-                    buildGPUKernelPipeline(pm, cudaOptions);
-                  }) ||
-        !runPhase("nvvm", [&](OpPassManager &pm) {
+    if (!runPhase("gpu-kernels", [&](OpPassManager &pm) {
+          buildBufferizationPipeline(pm, options.pipeline);
+          buildGPUKernelPipeline(pm, cudaOptions);
+        }))
+      return kCompileError;
+    if (result)
+      addCUDAReport(*module, options.cudaArchs, result->reportJSON);
+    if (!runPhase("nvvm", [&](OpPassManager &pm) {
           buildNVVMPipeline(pm, cudaOptions);
         }))
       return kCompileError;

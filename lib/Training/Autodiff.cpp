@@ -6,6 +6,8 @@
 
 #include "ddpc/Training/Autodiff.h"
 
+#include <limits>
+
 #include "ddpc/Import/ONNX/TensorBuilders.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -50,6 +52,10 @@ class ScalarAD {
 public:
   ScalarAD(OpBuilder &b, Location loc, Value accumulatorValue)
       : b(b), loc(loc), acc(accumulatorValue) {}
+
+  /// For max/min reductions: `isFirst` is true (i1) at the one iteration
+  /// that receives the cotangent (see firstExtremumIndex).
+  Value isFirst;
 
   void add(Value v, Value g) {
     if (!isa<FloatType>(v.getType()))
@@ -105,11 +111,15 @@ public:
       Value x = op->getOperand(0), z = op->getOperand(1);
       bool isMax = isa<arith::MaximumFOp, arith::MaxNumFOp>(op);
       if (x == acc || z == acc) {
-        // Reduction max/min: the cotangent goes to elements equal to the
-        // final result (bound to the accumulator argument).
+        // Reduction max/min: the cotangent goes to one element equal to the
+        // final result (bound to the accumulator argument): the first in
+        // iteration order when `isFirst` is known (PyTorch's max_pool and
+        // max(dim) semantics), else every tie.
         Value other = x == acc ? z : x;
         Value eq = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                          other, acc);
+        if (isFirst)
+          eq = arith::AndIOp::create(b, loc, eq, isFirst);
         add(other, sel(eq, g, zero));
       } else {
         Value firstWins = arith::CmpFOp::create(
@@ -190,6 +200,84 @@ bool isProjectedWithConstants(AffineMap map) {
   return true;
 }
 
+/// Row-major linear index of the current iteration over the reduction
+/// loops of a generic with static loop `ranges` (i64), built from
+/// linalg.index ops in the body being created.
+Value reductionLinearIndex(OpBuilder &b, Location loc,
+                           ArrayRef<utils::IteratorType> iters,
+                           ArrayRef<int64_t> ranges) {
+  Value lin = arith::ConstantIntOp::create(b, loc, 0, 64);
+  for (unsigned d = 0; d < iters.size(); ++d) {
+    if (iters[d] != utils::IteratorType::reduction)
+      continue;
+    Value idx = linalg::IndexOp::create(b, loc, d);
+    Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), idx);
+    Value extent = arith::ConstantIntOp::create(b, loc, ranges[d], 64);
+    lin = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, lin, extent), i64);
+  }
+  return lin;
+}
+
+/// For a generic whose body yields max/min(v, acc) (MaxPool, ReduceMax,
+/// ...): an i64 tensor shaped like its result holding, per output element,
+/// the reduction-loop linear index (row-major over the reduction loops, so
+/// the window's row-major order for pooling) of the first iteration whose
+/// `v` equals the result. The VJP gives the cotangent to that element only,
+/// as PyTorch's max_pool/max(dim) backward does for ties. Null when the
+/// body is not of that form or shapes are dynamic.
+Value firstExtremumIndex(OpBuilder &b, Location loc, linalg::GenericOp op) {
+  Block &body = op.getRegion().front();
+  BlockArgument accArg = body.getArguments().back();
+  Operation *red = body.getTerminator()->getOperand(0).getDefiningOp();
+  if (!red ||
+      !isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MinimumFOp,
+           arith::MinNumFOp>(red) ||
+      (red->getOperand(0) != accArg && red->getOperand(1) != accArg) ||
+      op.getNumReductionLoops() == 0)
+    return {};
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (llvm::any_of(ranges, ShapedType::isDynamic))
+    return {};
+  Value other =
+      red->getOperand(0) == accArg ? red->getOperand(1) : red->getOperand(0);
+  auto resType = cast<RankedTensorType>(op.getResult(0).getType());
+  Value e = tensor::EmptyOp::create(b, loc, resType.getShape(), b.getI64Type());
+  Value sentinel = arith::ConstantIntOp::create(
+      b, loc, std::numeric_limits<int64_t>::max(), 64);
+  Value init = linalg::FillOp::create(b, loc, sentinel, e).getResult(0);
+  SmallVector<Value> ins = llvm::to_vector(op.getDpsInputs());
+  SmallVector<AffineMap> maps;
+  for (OpOperand *o : op.getDpsInputOperands())
+    maps.push_back(op.getMatchingIndexingMap(o));
+  AffineMap outMap = op.getIndexingMapsArray().back();
+  ins.push_back(op.getResult(0));
+  maps.push_back(outMap);
+  maps.push_back(outMap);
+  SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
+  auto first = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters,
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        IRMapping mapping;
+        for (unsigned i = 0; i < op.getNumDpsInputs(); ++i)
+          mapping.map(body.getArgument(i), args[i]);
+        Value result = args[op.getNumDpsInputs()];
+        mapping.map(accArg, result);
+        for (Operation &bodyOp : body.without_terminator())
+          if (&bodyOp != red)
+            nb.clone(bodyOp, mapping);
+        Value v = mapping.lookupOrDefault(other);
+        Value eq =
+            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, v, result);
+        Value lin = reductionLinearIndex(nb, l, iters, ranges);
+        Value cand = arith::SelectOp::create(nb, l, eq, lin, sentinel);
+        linalg::YieldOp::create(
+            nb, l,
+            arith::MinSIOp::create(nb, l, cand, args.back()).getResult());
+      });
+  return first.getResult(0);
+}
+
 /// Cotangent of input `k` of a single-result generic.
 FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
                             unsigned k, Value dOut, std::string &error) {
@@ -241,6 +329,12 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
   unsigned dOutIdx = ins.size();
   ins.push_back(dOut);
   maps.push_back(outMap);
+  Value firstIdx = usesAcc ? firstExtremumIndex(b, loc, op) : Value();
+  unsigned firstIdxPos = ins.size();
+  if (firstIdx) {
+    ins.push_back(firstIdx);
+    maps.push_back(outMap);
+  }
   maps.push_back(gradMap);
   Type elem = inType.getElementType();
   // Without reduction loops every output element is written exactly once:
@@ -266,6 +360,12 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
         Value yielded =
             mapping.lookupOrDefault(body.getTerminator()->getOperand(0));
         ScalarAD ad(nb, l, accValue);
+        if (firstIdx) {
+          Value lin = reductionLinearIndex(nb, l, op.getIteratorTypesArray(),
+                                           op.getStaticLoopRanges());
+          ad.isFirst = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq,
+                                             lin, args[firstIdxPos]);
+        }
         ad.add(yielded, args[dOutIdx]);
         for (Operation *c : llvm::reverse(cloned))
           if (failed(ad.visit(c, bodyError)))

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
@@ -71,6 +72,14 @@ struct FuseOpsPass : PassWrapper<FuseOpsPass, OperationPass<func::FuncOp>> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
+    // Generics built by autodiff carry every input of the forward op, used
+    // or not; drop the unused ones first, so that fusion sees the real
+    // dataflow and contractions keep exactly two inputs (GEMM calls).
+    {
+      RewritePatternSet patterns(func.getContext());
+      linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
+      (void)applyPatternsGreedily(func, std::move(patterns));
+    }
     IRRewriter rewriter(func.getContext());
     bool changed = true;
     while (changed) {

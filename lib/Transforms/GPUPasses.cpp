@@ -112,21 +112,37 @@ struct GemmToLibraryCallPass
       return r;
     };
     SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    // inferContractionDims names m/n relative to the first input; the
+    // output's dim order decides which is the row dimension here.
+    if (!resultsAre(maps[2], with(m, n))) {
+      if (!resultsAre(maps[2], with(n, m)))
+        return failure();
+      std::swap(m, n);
+    }
+    // The multiplication commutes: either input may be the [m, k] operand
+    // (VJPs of MatMul produce both orders).
+    auto classify = [&](AffineMap aMap, AffineMap bMap, int &transA,
+                        int &transB) {
+      if (resultsAre(aMap, with(m, k)))
+        transA = 0;
+      else if (resultsAre(aMap, with(k, m)))
+        transA = 1;
+      else
+        return false;
+      if (resultsAre(bMap, with(k, n)))
+        transB = 0;
+      else if (resultsAre(bMap, with(n, k)))
+        transB = 1;
+      else
+        return false;
+      return true;
+    };
     int transA, transB;
-    if (resultsAre(maps[0], with(m, k)))
-      transA = 0;
-    else if (resultsAre(maps[0], with(k, m)))
-      transA = 1;
-    else
-      return failure();
-    if (resultsAre(maps[1], with(k, n)))
-      transB = 0;
-    else if (resultsAre(maps[1], with(n, k)))
-      transB = 1;
-    else
-      return failure();
-    if (!resultsAre(maps[2], with(m, n)))
-      return failure();
+    if (!classify(maps[0], maps[1], transA, transB)) {
+      if (!classify(maps[1], maps[0], transA, transB))
+        return failure();
+      std::swap(a, bm);
+    }
 
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     int64_t batchSize = batch.empty() ? 1 : ranges[batch[0]];

@@ -54,6 +54,34 @@ func.func @bmm_transa(%x: memref<2x8x4xf32>, %w: memref<2x8x3xf32>, %y: memref<2
 
 // -----
 
+// The VJP of a MatMul w.r.t. its input, dX[m,n] += dY[m,k] * W[k,n], with
+// the weight as the first input and the loops in (m, k, n) order: the
+// operands are matched by role, so A is the second input (%arg1).
+// CHECK-LABEL: func.func @vjp_operand_order(
+// CHECK-DAG: %[[M:.*]] = arith.constant 8 : i64
+// CHECK-DAG: %[[N:.*]] = arith.constant 64 : i64
+// CHECK-DAG: %[[K:.*]] = arith.constant 10 : i64
+// CHECK: %[[PA:.*]] = memref.extract_aligned_pointer_as_index %arg1
+// CHECK: %[[A:.*]] = arith.index_cast %[[PA]]
+// CHECK: %[[PB:.*]] = memref.extract_aligned_pointer_as_index %arg0
+// CHECK: %[[B:.*]] = arith.index_cast %[[PB]]
+// CHECK: call @ddpc_gemm_f32(%{{.*}}, %[[M]], %[[N]], %[[K]], %{{.*}}, %{{.*}}, %[[A]], %[[B]], %{{.*}})
+#w = affine_map<(m, k, n) -> (k, n)>
+#g = affine_map<(m, k, n) -> (m, k)>
+#o = affine_map<(m, k, n) -> (m, n)>
+func.func @vjp_operand_order(%w: memref<10x64xf32>, %g: memref<8x10xf32>, %o: memref<8x64xf32>) {
+  linalg.generic {indexing_maps = [#w, #g, #o], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%w, %g : memref<10x64xf32>, memref<8x10xf32>) outs(%o : memref<8x64xf32>) {
+  ^bb0(%p: f32, %q: f32, %acc: f32):
+    %m = arith.mulf %q, %p : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
 // A strided view is not a dense buffer: the contraction stays a generic
 // (it becomes a generated kernel).
 // CHECK-LABEL: func.func @strided(

@@ -147,6 +147,56 @@ def test_pooling(op, attrs):
     check_gradients(m, ins, np.random.default_rng(8))
 
 
+@pytest.mark.parametrize("kernel,strides,pads", [
+    ([2, 2], [2, 2], [0, 0, 0, 0]),
+    ([3, 3], [1, 1], [1, 1, 1, 1]),
+    ([2, 2], [1, 1], [0, 0, 0, 0]),
+])
+def test_maxpool_ties_go_to_the_first_maximum(kernel, strides, pads):
+    """With tied maxima in a window (flat image regions), the whole
+    cotangent goes to the first maximum in row-major window order, as in
+    PyTorch's max_pool2d backward. Finite differences cannot check this (the
+    function is not differentiable at ties); the oracle is a numpy loop over
+    windows with np.argmax (first occurrence)."""
+    ins = [("x", [1, 2, 5, 5])]
+    m = model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel, strides=strides,
+                                pads=pads)], ins, [("y", None)])
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 3, (1, 2, 5, 5)).astype(np.float64)  # many ties
+    prog = ddpc.compile(m, vjp=True, onnx_checker=False)
+    yshape = tuple(next(s for s in prog.inputs if s.name == "d_y").shape)
+    g = rng.standard_normal(yshape)
+    got = prog.run({"x": x, "d_y": g})["d_x"]
+    want = np.zeros_like(x)
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
+                constant_values=-np.inf)
+    for c in range(2):
+        for i in range(yshape[2]):
+            for j in range(yshape[3]):
+                r0, c0 = i * strides[0], j * strides[1]
+                di, dj = divmod(int(np.argmax(xp[0, c, r0:r0 + kernel[0], c0:c0 + kernel[1]])),
+                                kernel[1])
+                want[0, c, r0 + di - pads[0], c0 + dj - pads[1]] += g[0, c, i, j]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_reducemax_ties_go_to_the_first_maximum():
+    """ReduceMax over an axis with ties: the cotangent goes to the first
+    maximum along the axis (torch.max(x, dim) semantics)."""
+    ins = [("x", [3, 4, 2])]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    m = model([helper.make_node("ReduceMax", ["x", "axes"], ["y"], keepdims=0)], ins,
+              [("y", [3, 2])], inits, opset=18)
+    x = np.array([[[1, 2], [3, 2], [3, 0], [1, 2]]] * 3, np.float64)
+    g = np.arange(6, dtype=np.float64).reshape(3, 2) + 1
+    got = ddpc.compile(m, vjp=True, onnx_checker=False).run({"x": x, "d_y": g})["d_x"]
+    want = np.zeros_like(x)
+    for a in range(3):
+        for c in range(2):
+            want[a, int(np.argmax(x[a, :, c])), c] = g[a, c]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_batchnorm_training_and_layernorm():
     ins = [("x", [4, 3, 2, 2]), ("s", [3]), ("b", [3])]
     inits = [numpy_helper.from_array(np.zeros(3), "mean"),

@@ -231,6 +231,21 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
     nc = a->size();
   os << "  collectives: " << nc << ", "
      << root->getInteger("collective_bytes").value_or(0) << " bytes per step\n";
+  os << "  fusion groups: " << root->getInteger("fusion_groups").value_or(0)
+     << " (one loop nest or kernel each)\n";
+  if (const json::Object *cuda = root->getObject("cuda")) {
+    os << "  cuda: " << cuda->getInteger("kernels").value_or(0)
+       << " generated kernels\n";
+    if (const json::Array *fns = cuda->getArray("functions"))
+      for (const json::Value &v : *fns) {
+        const json::Object *f = v.getAsObject();
+        os << "    " << f->getString("name").value_or("") << ": "
+           << f->getInteger("kernel_launches").value_or(0)
+           << " kernel launches, " << f->getInteger("cublas_gemms").value_or(0)
+           << " cuBLAS GEMMs, arena "
+           << f->getInteger("arena_bytes").value_or(0) << " bytes\n";
+      }
+  }
 }
 
 static void printVersion(raw_ostream &os) {

@@ -30,7 +30,9 @@ namespace ddpc {
 
 /// Operator fusion (`ddpc-fuse-ops`, on func.func, linalg on tensors).
 ///
-/// Groups elementwise (all-parallel) linalg.generic producers with their
+/// First erases unused inputs and results of linalg.generic ops (upstream
+/// patterns; the VJP generics carry all inputs of their forward op). Then
+/// groups elementwise (all-parallel) linalg.generic producers with their
 /// consumers, which may be elementwise ops or reductions, using upstream
 /// `linalg::fuseElementwiseOps` with a cost policy of our own:
 ///   * the producer must be all-parallel (a reduction result is a kernel
