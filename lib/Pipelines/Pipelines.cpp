@@ -20,6 +20,8 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "llvm/Support/ErrorHandling.h"
 
+#include <cstdlib>
+
 using namespace mlir;
 
 namespace ddpc {
@@ -77,9 +79,14 @@ void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {
 
 void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
   for (const std::string &chip : options.chips) {
-    // PTX ISA 8.0 (CUDA 12.0+) covers sm_50 ... sm_90a.
+    // The oldest PTX ISA that knows the chip: 8.0 (CUDA 12.0) up to
+    // sm_90a, 8.6 (CUDA 12.8) for sm_100/101/103, 8.7 for sm_120 and newer.
+    int number = std::atoi(chip.c_str() + 3);
+    const char *ptx = number >= 120   ? "+ptx87"
+                      : number >= 100 ? "+ptx86"
+                                      : "+ptx80";
     std::string attach =
-        "nvvm-attach-target{chip=" + chip + " features=+ptx80 O=3";
+        "nvvm-attach-target{chip=" + chip + " features=" + ptx + " O=3";
     if (!options.libdevice.empty())
       attach += " l=" + options.libdevice;
     addPipeline(pm, attach + "}");

@@ -71,8 +71,10 @@ static cl::opt<ddpc::EmitKind>
                         "a shared library exporting ddpc_invoke and the model "
                         "tables (ModelABI.h), for in-process use"),
              clEnumValN(ddpc::EmitKind::PTX, "ptx",
-                        "--target cuda: the generated kernels as PTX, one "
-                        "listing per architecture"),
+                        "--target cuda: the generated kernels as PTX (with "
+                        "several --cuda-arch, the listings follow each other, "
+                        "each after a '// ddpc: ..., sm_XX' line; give one "
+                        "architecture for a file ptxas accepts)"),
              clEnumValN(ddpc::EmitKind::PTX, "cuda", "same as --emit=ptx")),
          cl::sub(compileCmd), cl::cat(category));
 static cl::list<std::string>
@@ -278,6 +280,13 @@ int main(int argc, char **argv) {
   options.target = target;
   options.emit = emit;
   options.cudaRoot = cudaPath;
+  if ((cudaArch.getNumOccurrences() || cudaPath.getNumOccurrences()) &&
+      target != "cuda") {
+    errs() << "error: --cuda-arch and --cuda-path apply to --target cuda "
+              "only (this is --target "
+           << target << ")\n";
+    return 1;
+  }
   {
     std::string err;
     if (!ddpc::parseCUDAArchs(cudaArch, options.cudaArchs, err)) {

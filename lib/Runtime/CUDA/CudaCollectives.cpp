@@ -288,7 +288,8 @@ void collectivesInit(int *argc, char ***argv) {
     checkMpi(gMpi.Comm_rank(gMpi.commWorld, &gRank), "MPI_Comm_rank");
     checkMpi(gMpi.Comm_size(gMpi.commWorld, &gSize), "MPI_Comm_size");
   }
-  cuda::ensureDevice();
+  // The device is chosen on first use (so --help works anywhere); NCCL
+  // needs it now.
   if (gSize > 1)
     initNccl();
 }

@@ -59,6 +59,11 @@ bool parseCUDAArchs(const std::string &list, std::vector<std::string> &archs,
               "': expected a list such as sm_80,sm_90";
       return false;
     }
+    if (std::atoi(arch.c_str() + 3) < 75) {
+      error = "--cuda-arch " + arch +
+              ": the CUDA 13 toolkit supports sm_75 and newer";
+      return false;
+    }
     if (std::find(archs.begin(), archs.end(), arch) == archs.end())
       archs.push_back(arch);
   }
