@@ -8,6 +8,8 @@
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/TrainABI.h"
 
+#include "Watchdog.h"
+
 // The C API only: keep OpenMPI/MPICH from pulling in their C++ bindings,
 // which would need libmpi_cxx at link time.
 #define OMPI_SKIP_MPICXX 1
@@ -56,30 +58,15 @@ void check(int rc, const char *call) {
     fatalError(std::string(call) + " failed: " + mpiErrorString(rc));
 }
 
-/// Polls `request` until it completes; ends the job after the timeout. Spins
-/// briefly first (collectives of small steps finish in microseconds), then
-/// sleeps with a growing interval capped at 1 ms.
+/// Polls `request` until it completes (Watchdog.h).
 void waitWithWatchdog(MPI_Request &request, const char *what) {
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point start = Clock::now();
-  auto limit = std::chrono::duration<double>(gTimeoutSeconds);
-  int sleepMicros = 0;
-  for (int iter = 0;; ++iter) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done)
-      return;
-    if (Clock::now() - start > limit) {
-      char secs[32];
-      std::snprintf(secs, sizeof(secs), "%g", gTimeoutSeconds);
-      fatalError(std::string(what) + " did not complete within " + secs +
-                 " s; a peer rank has probably died");
-    }
-    if (iter < 2000)
-      continue;
-    sleepMicros = std::min(1000, std::max(10, sleepMicros * 2));
-    std::this_thread::sleep_for(std::chrono::microseconds(sleepMicros));
-  }
+  runtime::waitWithWatchdog(
+      [&] {
+        int done = 0;
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        return done != 0;
+      },
+      gTimeoutSeconds, what);
 }
 
 template <typename T>

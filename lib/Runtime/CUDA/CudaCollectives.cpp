@@ -29,6 +29,8 @@
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/TrainABI.h"
 
+#include "../Watchdog.h"
+
 #include <nccl.h>
 
 #include <dlfcn.h>
@@ -176,23 +178,13 @@ std::string seconds(double s) {
 }
 
 void waitWithWatchdog(Handle &request, const char *what) {
-  Clock::time_point start = Clock::now();
-  auto limit = std::chrono::duration<double>(gTimeoutSeconds);
-  int sleepMicros = 0;
-  for (int iter = 0;; ++iter) {
-    int done = 0;
-    checkMpi(gMpi.Test(&request, &done, nullptr), "MPI_Test");
-    if (done)
-      return;
-    if (Clock::now() - start > limit)
-      fatalError(std::string(what) + " did not complete within " +
-                 seconds(gTimeoutSeconds) +
-                 " s; a peer rank has probably died");
-    if (iter < 2000)
-      continue;
-    sleepMicros = std::min(1000, std::max(10, sleepMicros * 2));
-    std::this_thread::sleep_for(std::chrono::microseconds(sleepMicros));
-  }
+  runtime::waitWithWatchdog(
+      [&] {
+        int done = 0;
+        checkMpi(gMpi.Test(&request, &done, nullptr), "MPI_Test");
+        return done != 0;
+      },
+      gTimeoutSeconds, what);
 }
 
 template <typename T>
