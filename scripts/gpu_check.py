@@ -406,6 +406,9 @@ class ModelCheck:
     def run_ddpc(self, what: str, extra: list, timeout: float) -> dict:
         t = min(timeout, max(self.ctx["budget"].left(), 5.0))
         r = run_cmd([self.prog, *ddpc_flags(self.xpath, self.ypath), *extra], t, cwd=self.work, env=self.env)
+        # The whole output stays in the work folder for diagnosis.
+        (self.work / f"{what}.stdout.txt").write_text(r["out"])
+        (self.work / f"{what}.stderr.txt").write_text(r["err"])
         self.res.setdefault("ddpc_runs", {})[what] = {
             "rc": r["rc"], "wall_s": round(r["wall_s"], 3), "timed_out": r["timed_out"],
             "stderr_tail": tail(r["err"], 4),

@@ -366,7 +366,13 @@ def main() -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     ddpc = args.ddpc.resolve()
+    # The programs depend on the compiler and on the runtime archives it
+    # links (<bindir>/../lib/*.a, *.link): a changed runtime recompiles.
     ddpc_sha = file_sha(ddpc)
+    tool_sha = hashlib.sha256(ddpc_sha.encode())
+    for lib in sorted((ddpc.parent.parent / "lib").glob("*")):
+        if lib.suffix in (".a", ".link") and lib.is_file():
+            tool_sha.update(lib.name.encode() + file_sha(lib).encode())
     git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
     n = STEPS * BATCH
     specs = [
@@ -398,8 +404,8 @@ def main() -> int:
         for p, a in ((xpath, x), (ypath, y)):
             if not p.exists() or not np.array_equal(np.load(p), a):
                 np.save(p, a)
-        cpu_prog = compile_program(ddpc, model_path, "cpu", mwork / "train_cpu", args.force, ddpc_sha)
-        cuda_prog = compile_program(ddpc, model_path, "cuda", mwork / "train_cuda", args.force, ddpc_sha)
+        cpu_prog = compile_program(ddpc, model_path, "cpu", mwork / "train_cpu", args.force, tool_sha.hexdigest())
+        cuda_prog = compile_program(ddpc, model_path, "cuda", mwork / "train_cuda", args.force, tool_sha.hexdigest())
         log(f"CPU reference: {STEPS} steps of batch {BATCH}")
         ref = cpu_reference(cpu_prog, xpath, ypath, mwork, model, args.force, file_sha(cpu_prog))
         log(

@@ -91,9 +91,11 @@ void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
       attach += " l=" + options.libdevice;
     addPipeline(pm, attach + "}");
   }
-  addPipeline(pm, "gpu.module(convert-gpu-to-nvvm,canonicalize,cse,"
-                  "reconcile-unrealized-casts),"
-                  "gpu-module-to-binary{format=isa}");
+  addPipeline(pm,
+              "gpu.module(convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv},"
+              "canonicalize,cse,"
+              "reconcile-unrealized-casts),"
+              "gpu-module-to-binary{format=isa}");
 }
 
 void buildCUDAHostLoweringPipeline(OpPassManager &pm,
@@ -104,7 +106,8 @@ void buildCUDAHostLoweringPipeline(OpPassManager &pm,
                   // Before gpu-to-llvm, whose own memref patterns would
                   // lower allocations to host malloc.
                   "finalize-memref-to-llvm{use-generic-functions},"
-                  "gpu-to-llvm,"
+                  "gpu-to-llvm{use-bare-pointers-for-host "
+                  "use-bare-pointers-for-kernels},"
                   "convert-arith-to-llvm,convert-index-to-llvm,"
                   "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
                   "convert-cf-to-llvm,convert-ub-to-llvm,"

@@ -100,3 +100,63 @@ def test_bad_cuda_options(ddpc, tmp_path):
     r = subprocess.run([ddpc, "compile", model, "--target", "tpu", "-o", str(tmp_path / "x")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "unknown --target 'tpu'" in r.stderr
+
+
+def ptx_entry_params(ptx: str) -> dict:
+    """{kernel: [param kinds]} from PTX `.entry name(.param ..., ...)` lists;
+    kinds: ptr, i64, i32, f32 (the PTX ISA's .param state space, sec. 5.1.6)."""
+    import re
+    kinds = {}
+    for m in re.finditer(r"\.entry\s+(\w+)\(\s*(.*?)\)", ptx, re.S):
+        out = []
+        for p in (p.strip() for p in m.group(2).split(",") if p.strip()):
+            if ".ptr" in p:
+                out.append("ptr")
+            elif ".f32" in p:
+                out.append("f32")
+            elif ".u64" in p or ".b64" in p or ".s64" in p:
+                out.append("i64")
+            elif ".u32" in p or ".b32" in p or ".s32" in p:
+                out.append("i32")
+            else:
+                out.append(p)
+        kinds[m.group(1)] = out
+    return kinds
+
+
+def host_launches(mlir: str) -> list:
+    """[(kernel, [arg kinds])] of every gpu.launch_func in lowered host IR."""
+    import re
+    out = []
+    for m in re.finditer(r"gpu\.launch_func\s+@\w+::@(\w+)[^\n]*?args\(([^\n]*)\)\s*$", mlir, re.M):
+        args = [a.rsplit(":", 1)[-1].strip() for a in m.group(2).split(",")]
+        out.append((m.group(1), ["ptr" if a == "!llvm.ptr" else a for a in args]))
+    return out
+
+
+@pytest.mark.parametrize("model,flags", CASES, ids=[pathlib.Path(m).stem for m, _ in CASES])
+def test_host_launches_match_kernel_parameters(ddpc, tmp_path, model, flags):
+    """Every kernel launch passes exactly the parameters the assembled kernel
+    declares (count and kind), and the entry points take one pointer per
+    tensor, the `void *` ABI of the generated glue. Both broke on a GPU
+    while every CPU test passed: memref descriptors reached code expecting
+    bare pointers, and back."""
+    base = [ddpc, "compile", str(ROOT / model), *flags, "--target", "cuda", "--cuda-arch", "sm_90"]
+    ptx = subprocess.run([*base, "--emit=ptx", "-o", "-"], capture_output=True, text=True)
+    assert ptx.returncode == 0, ptx.stderr
+    host = subprocess.run([*base, "--emit=lowered-mlir", "-o", "-"], capture_output=True, text=True)
+    assert host.returncode == 0, host.stderr
+    entries = ptx_entry_params(ptx.stdout)
+    launches = host_launches(host.stdout)
+    assert launches and entries
+    for kernel, args in launches:
+        assert kernel in entries, f"launch of {kernel}, which the PTX does not define"
+        assert args == entries[kernel], f"{kernel}: host passes {args}, kernel declares {entries[kernel]}"
+    import re
+    public = re.findall(r"^  llvm\.func @(train_micro|apply|eval|main_graph|\w+)\(([^\n]*?)\)\s*(?:attributes[^\n]*)?\{",
+                        host.stdout, re.M)
+    entry_points = [(n, a) for n, a in public if n in ("train_micro", "apply", "eval") or "ddpc.name" in a]
+    assert entry_points
+    for name, args in entry_points:
+        kinds = re.findall(r"%arg\d+: ([^ ,{]+)", args)
+        assert kinds and set(kinds) == {"!llvm.ptr"}, f"{name} takes {kinds}"

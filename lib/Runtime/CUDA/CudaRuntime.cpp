@@ -52,6 +52,29 @@ std::mutex gInitMutex;
 /// Name of the last kernel launched (for error messages).
 const char *gLastKernel = "(none)";
 
+/// DDPC_CUDA_SYNC_CHECK=1: wait for every kernel and GEMM right after it is
+/// queued and check for errors, so a failing kernel is named (device errors
+/// are otherwise reported by a later call). Slow; for diagnosis, like
+/// CUDA_LAUNCH_BLOCKING.
+bool syncCheck() {
+  static const bool enabled = [] {
+    const char *v = std::getenv("DDPC_CUDA_SYNC_CHECK");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+/// In DDPC_CUDA_SYNC_CHECK mode: waits for the compute stream and fails,
+/// naming `what`, if the device reported an error.
+void checkCompleted(const std::string &what) {
+  if (!syncCheck())
+    return;
+  cudaError_t rc = cudaStreamSynchronize(gCompute);
+  if (rc != cudaSuccess)
+    fatalError("CUDA error in " + what + ": " + cudaGetErrorString(rc) +
+               " (found by DDPC_CUDA_SYNC_CHECK)");
+}
+
 void checkDriver(CUresult result, const char *call) {
   if (result == CUDA_SUCCESS)
     return;
@@ -60,9 +83,10 @@ void checkDriver(CUresult result, const char *call) {
   callFailed(call, msg ? msg : ("CUresult " + std::to_string(result)));
 }
 
-void checkBlas(cublasStatus_t status, const char *call) {
+void checkBlas(cublasStatus_t status, const char *call,
+               const std::string &detail = "") {
   if (status != CUBLAS_STATUS_SUCCESS)
-    callFailed(call, cublasGetStatusString(status));
+    callFailed(call, cublasGetStatusString(status) + detail);
 }
 
 } // namespace
@@ -316,6 +340,11 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
                              smem, static_cast<CUstream>(stream), params,
                              extra),
               (std::string("cuLaunchKernel(") + gLastKernel + ")").c_str());
+  if (syncCheck())
+    checkCompleted(std::string("kernel ") + gLastKernel + " (grid " +
+                   std::to_string(gridX) + "x" + std::to_string(gridY) + "x" +
+                   std::to_string(gridZ) + ", block " + std::to_string(blockX) +
+                   ")");
 }
 
 /// gpu-to-llvm brackets each synchronous launch with a stream create,
@@ -370,6 +399,11 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
   const float one = 1.0f;
   ColumnMajorGemm g = toColumnMajor(batch, m, n, k, transA, transB, a, b, c);
   auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  std::string shape = " (batch " + std::to_string(batch) + ", m " +
+                      std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                      std::to_string(k) + ", transA " + std::to_string(transA) +
+                      ", transB " + std::to_string(transB) + ")";
+  checkCompleted("the kernels before the GEMM" + shape);
   checkBlas(
       cublasSgemmStridedBatched(
           gBlas, op(g.transFirst), op(g.transSecond), static_cast<int>(g.rows),
@@ -377,7 +411,10 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
           static_cast<int>(g.ldFirst), g.strideFirst, g.second,
           static_cast<int>(g.ldSecond), g.strideSecond, &one, g.out,
           static_cast<int>(g.ldOut), g.strideOut, static_cast<int>(g.batch)),
-      "cublasSgemmStridedBatched");
+      "cublasSgemmStridedBatched",
+      shape + "; if an earlier kernel failed, rerun with "
+              "DDPC_CUDA_SYNC_CHECK=1 to name it");
+  checkCompleted("cublasSgemmStridedBatched" + shape);
 }
 
 } // extern "C"
