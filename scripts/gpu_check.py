@@ -403,9 +403,10 @@ class ModelCheck:
     def log(self, msg: str) -> None:
         print(f"gpu-check: [{self.name}] {msg}", flush=True)
 
-    def run_ddpc(self, what: str, extra: list, timeout: float) -> dict:
+    def run_ddpc(self, what: str, extra: list, timeout: float, env_extra: dict | None = None) -> dict:
         t = min(timeout, max(self.ctx["budget"].left(), 5.0))
-        r = run_cmd([self.prog, *ddpc_flags(self.xpath, self.ypath), *extra], t, cwd=self.work, env=self.env)
+        env = dict(self.env, **(env_extra or {}))
+        r = run_cmd([self.prog, *ddpc_flags(self.xpath, self.ypath), *extra], t, cwd=self.work, env=env)
         # The whole output stays in the work folder for diagnosis.
         (self.work / f"{what}.stdout.txt").write_text(r["out"])
         (self.work / f"{what}.stderr.txt").write_text(r["err"])
@@ -541,6 +542,24 @@ class ModelCheck:
         self.res["step1_verdict"] = "FAIL" if problems else "PASS"
         for p in problems:
             self.fail(f"{self.label}: {p}")
+
+    def profile(self) -> None:
+        """CUDA only: 2 steps with DDPC_CUDA_PROFILE=1; keeps the runtime's
+        device time per kernel (information, not part of the exit status)."""
+        if self.mode != "cuda" or self.ctx["budget"].left() < 30:
+            return
+        self.log("ddpc: profiled run (2 steps, DDPC_CUDA_PROFILE=1): device time per kernel")
+        r = self.run_ddpc("profile", ["--epochs", 1, "--stop-after-steps", 2], min(90.0, TIMEOUTS[self.mode]["short"]),
+                          env_extra={"DDPC_CUDA_PROFILE": "1"})
+        lines = r["err"].splitlines()
+        start = next((i for i, ln in enumerate(lines) if ln.startswith("ddpc CUDA profile")), None)
+        if start is None:
+            self.res["notes"].append("profiled run printed no profile: " + why_failed(r, "profiled run"))
+            return
+        table = lines[start:start + 12]
+        self.res["profile"] = table
+        for ln in table:
+            print(f"gpu-check: [{self.name}] {ln}", flush=True)
 
     def trajectory(self) -> None:
         T = TIMEOUTS[self.mode]
@@ -733,6 +752,7 @@ class ModelCheck:
             return self.res
         if self.initial_weights():
             self.step_one()
+            self.profile()
             self.trajectory()
             self.timed()
             self.torch()

@@ -63,8 +63,9 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 void buildGPULoopPipeline(OpPassManager &pm) {
   addPipeline(pm, "func.func(ddpc-plan-arena,"
                   "ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
-                  "ddpc-memref-copy-to-linalg,convert-linalg-to-parallel-loops,"
-                  "ddpc-collapse-parallel-loops,"
+                  "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
+                  "convert-linalg-to-parallel-loops,"
+                  "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
                   "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
                   "no-min-max-bounds})");
 }

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
@@ -340,6 +341,124 @@ struct CollapseParallelLoopsPass
 };
 
 //===----------------------------------------------------------------------===//
+// ddpc-parallel-loops-outermost
+//===----------------------------------------------------------------------===//
+
+struct ParallelLoopsOutermostPass
+    : PassWrapper<ParallelLoopsOutermostPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ParallelLoopsOutermostPass)
+  StringRef getArgument() const override {
+    return "ddpc-parallel-loops-outermost";
+  }
+  StringRef getDescription() const override {
+    return "Interchange linalg loops so that parallel loops enclose reductions";
+  }
+  void runOnOperation() override {
+    SmallVector<linalg::LinalgOp> ops;
+    getOperation().walk([&](linalg::LinalgOp op) {
+      if (!op.hasPureBufferSemantics())
+        return;
+      auto iters = op.getIteratorTypesArray();
+      // A reduction loop before a parallel one: loop conversion would put
+      // the parallel loop (the kernel) inside a host loop.
+      bool seenReduction = false, needed = false;
+      for (utils::IteratorType t : iters) {
+        if (t == utils::IteratorType::reduction)
+          seenReduction = true;
+        else if (seenReduction)
+          needed = true;
+      }
+      if (needed)
+        ops.push_back(op);
+    });
+    IRRewriter rewriter(&getContext());
+    for (linalg::LinalgOp op : ops) {
+      rewriter.setInsertionPoint(op);
+      auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+      if (!generic) {
+        FailureOr<linalg::GenericOp> g =
+            linalg::generalizeNamedOp(rewriter, op);
+        if (failed(g))
+          continue;
+        generic = *g;
+      }
+      SmallVector<unsigned> order;
+      auto iters = generic.getIteratorTypesArray();
+      for (unsigned i = 0; i < iters.size(); ++i)
+        if (iters[i] == utils::IteratorType::parallel)
+          order.push_back(i);
+      for (unsigned i = 0; i < iters.size(); ++i)
+        if (iters[i] != utils::IteratorType::parallel)
+          order.push_back(i);
+      (void)linalg::interchangeGenericOp(rewriter, generic, order);
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-serial-loops-to-device
+//===----------------------------------------------------------------------===//
+
+/// Whether `loop` can run as one device thread: it touches memory only
+/// through memref load/store/atomics, calls nothing, allocates nothing and
+/// contains no parallel loop (those become kernels themselves).
+bool isSerialDeviceLoop(scf::ForOp loop) {
+  if (loop.getNumResults() != 0)
+    return false;
+  bool touches = false, ok = true;
+  loop.walk([&](Operation *op) {
+    if (isa<scf::ParallelOp, func::CallOp, memref::AllocOp, memref::AllocaOp,
+            memref::DeallocOp, memref::CopyOp, linalg::LinalgOp>(op) ||
+        isa<gpu::GPUDialect>(op->getDialect())) {
+      ok = false;
+      return WalkResult::interrupt();
+    }
+    if (isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp,
+            memref::GenericAtomicRMWOp>(op))
+      touches = true;
+    return WalkResult::advance();
+  });
+  return ok && touches;
+}
+
+struct SerialLoopsToDevicePass
+    : PassWrapper<SerialLoopsToDevicePass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(SerialLoopsToDevicePass)
+  StringRef getArgument() const override {
+    return "ddpc-serial-loops-to-device";
+  }
+  StringRef getDescription() const override {
+    return "Wrap host loops over memory into one-iteration scf.parallel loops";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, scf::SCFDialect>();
+  }
+  void runOnOperation() override {
+    SmallVector<scf::ForOp> loops;
+    getOperation().walk<WalkOrder::PreOrder>([&](scf::ForOp loop) {
+      if (loop->getParentOfType<scf::ParallelOp>())
+        return WalkResult::skip();
+      if (isSerialDeviceLoop(loop)) {
+        loops.push_back(loop);
+        return WalkResult::skip(); // Outermost only.
+      }
+      return WalkResult::advance();
+    });
+    OpBuilder b(&getContext());
+    for (scf::ForOp loop : loops) {
+      b.setInsertionPoint(loop);
+      Location loc = loop.getLoc();
+      Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+      Value one = arith::ConstantIndexOp::create(b, loc, 1);
+      auto par = scf::ParallelOp::create(b, loc, ValueRange{zero},
+                                         ValueRange{one}, ValueRange{one});
+      par->setAttrs(loop->getDiscardableAttrDictionary());
+      loop->moveBefore(par.getBody()->getTerminator());
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // ddpc-gpu-host-sync
 //===----------------------------------------------------------------------===//
 
@@ -520,6 +639,12 @@ std::unique_ptr<Pass> createMemRefCopyToLinalgPass() {
 std::unique_ptr<Pass> createCollapseParallelLoopsPass() {
   return std::make_unique<CollapseParallelLoopsPass>();
 }
+std::unique_ptr<Pass> createParallelLoopsOutermostPass() {
+  return std::make_unique<ParallelLoopsOutermostPass>();
+}
+std::unique_ptr<Pass> createSerialLoopsToDevicePass() {
+  return std::make_unique<SerialLoopsToDevicePass>();
+}
 std::unique_ptr<Pass> createGPUHostSyncPass() {
   return std::make_unique<GPUHostSyncPass>();
 }
@@ -530,6 +655,8 @@ void registerTransformsPasses() {
   registerPass([] { return createScatterToAtomicPass(); });
   registerPass([] { return createMemRefCopyToLinalgPass(); });
   registerPass([] { return createCollapseParallelLoopsPass(); });
+  registerPass([] { return createParallelLoopsOutermostPass(); });
+  registerPass([] { return createSerialLoopsToDevicePass(); });
   registerPass([] { return createGPUHostSyncPass(); });
   registerPass([] { return createGPUMergeModulesPass(); });
   registerPass([] { return createPlanArenaPass(); });

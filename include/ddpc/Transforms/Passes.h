@@ -86,6 +86,25 @@ std::unique_ptr<mlir::Pass> createScatterToAtomicPass();
 /// memcpy calls.
 std::unique_ptr<mlir::Pass> createMemRefCopyToLinalgPass();
 
+/// `ddpc-parallel-loops-outermost` (func.func, bufferized IR). Loop
+/// conversion keeps a linalg op's loop order, so a reduction dim before a
+/// parallel dim (e.g. a bias gradient db[c] = sum_n dy[n, c]) would become a
+/// host loop launching one small kernel per iteration. This pass
+/// interchanges such ops (upstream linalg::interchangeGenericOp, named ops
+/// generalized first) so that all parallel loops come first, in their
+/// order, then the reductions in theirs: each thread then sums its output's
+/// terms in the same order as before.
+std::unique_ptr<mlir::Pass> createParallelLoopsOutermostPass();
+
+/// `ddpc-serial-loops-to-device` (func.func, after
+/// convert-linalg-to-parallel-loops). A loop nest outside any scf.parallel
+/// that reads or writes memory (a full reduction such as a correct-
+/// prediction count) would run on the host, touching device memory between
+/// kernels. Each outermost such scf.for (no results, no calls, allocations,
+/// linalg ops or parallel loops inside) is wrapped in a one-iteration
+/// scf.parallel, so that it becomes a one-thread kernel.
+std::unique_ptr<mlir::Pass> createSerialLoopsToDevicePass();
+
 /// `ddpc-collapse-parallel-loops` (func.func): collapses every outermost
 /// n-d scf.parallel into a 1-d one (row-major linearization), so that
 /// tiling by the block size maps one GPU thread to one output element.

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -38,6 +39,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace ddpc {
 namespace runtime {
@@ -290,6 +292,134 @@ std::unordered_map<CUfunction, const char *> &kernelNames() {
   return *names;
 }
 
+//===----------------------------------------------------------------------===//
+// DDPC_CUDA_PROFILE=1: device time per kernel and GEMM
+//===----------------------------------------------------------------------===//
+
+/// Brackets each kernel and GEMM with CUDA events on the compute stream and,
+/// at exit, prints the device time per kernel name to stderr (largest
+/// first), with the sum of device time against the wall time between the
+/// first and the last recorded work: a large gap means the host, not the
+/// kernels, bounds the step.
+class Profiler {
+public:
+  static bool enabled() {
+    static const bool on = [] {
+      const char *v = std::getenv("DDPC_CUDA_PROFILE");
+      return v && *v && std::strcmp(v, "0") != 0;
+    }();
+    return on;
+  }
+
+  static Profiler &get() {
+    static Profiler *p = new Profiler; // Never destroyed: used until exit.
+    return *p;
+  }
+
+  /// Records the start of `name`'s work; returns a token for end().
+  size_t begin(const std::string &name) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!registered) {
+      registered = true;
+      wallStart = std::chrono::steady_clock::now();
+      std::atexit([] { Profiler::get().report(); });
+    }
+    if (pending.size() >= 8192)
+      drainLocked();
+    Record r{name, event(), event()};
+    check(cudaEventRecord(r.start, gCompute), "cudaEventRecord (profile)");
+    pending.push_back(r);
+    return pending.size() - 1;
+  }
+
+  void end(size_t token) {
+    std::lock_guard<std::mutex> lock(mutex);
+    check(cudaEventRecord(pending[token].stop, gCompute),
+          "cudaEventRecord (profile)");
+  }
+
+private:
+  struct Record {
+    std::string name;
+    cudaEvent_t start, stop;
+  };
+  struct Total {
+    int64_t calls = 0;
+    double ms = 0;
+  };
+
+  cudaEvent_t event() {
+    if (!freeEvents.empty()) {
+      cudaEvent_t e = freeEvents.back();
+      freeEvents.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate (profile)");
+    return e;
+  }
+
+  void drainLocked() {
+    for (Record &r : pending) {
+      check(cudaEventSynchronize(r.stop), "cudaEventSynchronize (profile)");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, r.start, r.stop),
+            "cudaEventElapsedTime (profile)");
+      Total &t = totals[r.name];
+      ++t.calls;
+      t.ms += ms;
+      freeEvents.push_back(r.start);
+      freeEvents.push_back(r.stop);
+    }
+    pending.clear();
+  }
+
+  void report() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (cudaStreamSynchronize(gCompute) != cudaSuccess)
+      return; // The job is failing; its error was reported.
+    drainLocked();
+    double wallMs = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - wallStart)
+                        .count();
+    std::vector<std::pair<std::string, Total>> rows(totals.begin(),
+                                                    totals.end());
+    std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
+      return a.second.ms > b.second.ms;
+    });
+    double deviceMs = 0;
+    int64_t calls = 0;
+    for (const auto &row : rows) {
+      deviceMs += row.second.ms;
+      calls += row.second.calls;
+    }
+    std::fprintf(stderr,
+                 "ddpc CUDA profile (rank device %d): %lld launches of %zu "
+                 "kernels/GEMMs, %.3f ms device time in %.3f ms wall time "
+                 "(%.1f%% busy)\n",
+                 gDevice, static_cast<long long>(calls), rows.size(), deviceMs,
+                 wallMs, wallMs > 0 ? 100.0 * deviceMs / wallMs : 0.0);
+    std::fprintf(stderr, "  %10s %8s %12s %7s  %s\n", "total_ms", "calls",
+                 "mean_us", "share", "kernel");
+    size_t shown = 0;
+    for (const auto &[name, t] : rows) {
+      if (++shown > 25)
+        break;
+      std::fprintf(stderr, "  %10.3f %8lld %12.2f %6.1f%%  %s\n", t.ms,
+                   static_cast<long long>(t.calls),
+                   1000.0 * t.ms / std::max<int64_t>(1, t.calls),
+                   deviceMs > 0 ? 100.0 * t.ms / deviceMs : 0.0, name.c_str());
+    }
+  }
+
+  std::mutex mutex;
+  bool registered = false;
+  std::chrono::steady_clock::time_point wallStart;
+  std::vector<Record> pending;
+  std::vector<cudaEvent_t> freeEvents;
+  std::map<std::string, Total> totals;
+};
+
 } // namespace
 
 extern "C" {
@@ -336,10 +466,13 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   gLastKernel = name == kernelNames().end() ? "(unknown)" : name->second;
   if (gridX <= 0 || gridY <= 0 || gridZ <= 0)
     return; // Zero-size launch: nothing to do.
+  size_t token = Profiler::enabled() ? Profiler::get().begin(gLastKernel) : 0;
   checkDriver(cuLaunchKernel(fn, gridX, gridY, gridZ, blockX, blockY, blockZ,
                              smem, static_cast<CUstream>(stream), params,
                              extra),
               (std::string("cuLaunchKernel(") + gLastKernel + ")").c_str());
+  if (Profiler::enabled())
+    Profiler::get().end(token);
   if (syncCheck())
     checkCompleted(std::string("kernel ") + gLastKernel + " (grid " +
                    std::to_string(gridX) + "x" + std::to_string(gridY) + "x" +
@@ -404,6 +537,12 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                       std::to_string(k) + ", transA " + std::to_string(transA) +
                       ", transB " + std::to_string(transB) + ")";
   checkCompleted("the kernels before the GEMM" + shape);
+  size_t token = 0;
+  if (Profiler::enabled())
+    token = Profiler::get().begin(
+        "cublasSgemmStridedBatched " + std::to_string(batch) + "x" +
+        std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+        (transA ? " tA" : "") + (transB ? " tB" : ""));
   checkBlas(
       cublasSgemmStridedBatched(
           gBlas, op(g.transFirst), op(g.transSecond), static_cast<int>(g.rows),
@@ -414,6 +553,8 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
       "cublasSgemmStridedBatched",
       shape + "; if an earlier kernel failed, rerun with "
               "DDPC_CUDA_SYNC_CHECK=1 to name it");
+  if (Profiler::enabled())
+    Profiler::get().end(token);
   checkCompleted("cublasSgemmStridedBatched" + shape);
 }
 
