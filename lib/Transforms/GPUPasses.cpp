@@ -24,6 +24,8 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
 
+#include <functional>
+
 using namespace mlir;
 
 namespace ddpc {
@@ -180,6 +182,119 @@ struct GemmToLibraryCallPass
 // ddpc-scatter-to-atomic
 //===----------------------------------------------------------------------===//
 
+/// The value added to the accumulator when the body of `op` (one output) is
+/// `yield acc + v` (either operand order) and `acc` has no other use; null
+/// otherwise.
+Value additiveContribution(linalg::GenericOp op) {
+  Block &body = op.getRegion().front();
+  BlockArgument acc = body.getArguments().back();
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
+  if (!add || !acc.hasOneUse())
+    return {};
+  if (add.getLhs() == acc)
+    return add.getRhs();
+  if (add.getRhs() == acc)
+    return add.getLhs();
+  return {};
+}
+
+/// Rewrites an additive float generic `out[map(ivs)] += v(ivs)` over static
+/// loops as an scf.parallel over its first `numOuter` loops whose body sums
+/// v over the remaining loops (scf.for nest, in their order) and adds that
+/// partial sum to the output with one `memref.atomic_rmw addf`. With
+/// numOuter = all loops, every iteration adds its own term.
+LogicalResult rewriteAsAtomicLoops(linalg::GenericOp op, unsigned numOuter) {
+  Value contribution = additiveContribution(op);
+  Value out = op.getDpsInitOperand(0)->get();
+  auto outType = dyn_cast<MemRefType>(out.getType());
+  if (!contribution || !outType || !isa<FloatType>(outType.getElementType()))
+    return failure();
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (llvm::any_of(ranges, ShapedType::isDynamic) || numOuter == 0 ||
+      numOuter > ranges.size())
+    return failure();
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  SmallVector<Value> ubs;
+  for (int64_t r : ranges)
+    ubs.push_back(arith::ConstantIndexOp::create(b, loc, r));
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  Block &body = op.getRegion().front();
+  Operation *addOp = body.getTerminator()->getOperand(0).getDefiningOp();
+  auto indices = [&](OpBuilder &nb, AffineMap map, ValueRange ivs) {
+    SmallVector<Value> idx;
+    for (AffineExpr e : map.getResults())
+      idx.push_back(affine::AffineApplyOp::create(
+          nb, loc, AffineMap::get(map.getNumDims(), 0, e), ivs));
+    return idx;
+  };
+  // The term v(ivs), cloned from the body at `nb`'s insertion point.
+  auto term = [&](OpBuilder &nb, ValueRange ivs) {
+    IRMapping mapping;
+    for (OpOperand *in : op.getDpsInputOperands()) {
+      Value v = in->get();
+      Value arg = body.getArgument(in->getOperandNumber());
+      if (isa<MemRefType>(v.getType()))
+        v = memref::LoadOp::create(
+            nb, loc, v, indices(nb, maps[in->getOperandNumber()], ivs));
+      mapping.map(arg, v);
+    }
+    for (Operation &inner : body.without_terminator()) {
+      if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+        mapping.map(index.getResult(), ivs[index.getDim()]);
+        continue;
+      }
+      if (&inner == addOp)
+        continue;
+      nb.clone(inner, mapping);
+    }
+    return mapping.lookupOrDefault(contribution);
+  };
+  unsigned n = ranges.size();
+  scf::ParallelOp::create(
+      b, loc, SmallVector<Value>(numOuter, zero),
+      ArrayRef<Value>(ubs).take_front(numOuter),
+      SmallVector<Value>(numOuter, one),
+      [&](OpBuilder &nb, Location l, ValueRange outer) {
+        SmallVector<Value> ivs(outer.begin(), outer.end());
+        Value sum;
+        if (numOuter == n) {
+          sum = term(nb, ivs);
+        } else {
+          Type elem = outType.getElementType();
+          Value init = arith::ConstantOp::create(nb, l, nb.getZeroAttr(elem));
+          // Nested loops over the inner dims, threading the partial sum.
+          std::function<Value(OpBuilder &, unsigned, Value)> build =
+              [&](OpBuilder &fb, unsigned d, Value acc) -> Value {
+            auto loop = scf::ForOp::create(
+                fb, l, zero, ubs[d], one, ValueRange{acc},
+                [&](OpBuilder &lb, Location ll, Value iv, ValueRange args) {
+                  ivs.push_back(iv);
+                  Value next = d + 1 == n ? arith::AddFOp::create(
+                                                lb, ll, args[0], term(lb, ivs))
+                                                .getResult()
+                                          : build(lb, d + 1, args[0]);
+                  ivs.pop_back();
+                  scf::YieldOp::create(lb, ll, next);
+                });
+            return loop.getResult(0);
+          };
+          sum = build(nb, numOuter, init);
+        }
+        // The output map reads only outer loops (the split reductions
+        // check it; for scatters all loops are outer): inner ones are 0.
+        SmallVector<Value> all(ivs);
+        all.resize(n, zero);
+        memref::AtomicRMWOp::create(nb, l, arith::AtomicRMWKind::addf, sum, out,
+                                    indices(nb, maps.back(), all));
+      });
+  op->erase();
+  return success();
+}
+
 struct ScatterToAtomicPass
     : PassWrapper<ScatterToAtomicPass, OperationPass<func::FuncOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ScatterToAtomicPass)
@@ -204,80 +319,69 @@ struct ScatterToAtomicPass
       candidates.push_back(op);
     });
     for (linalg::GenericOp op : candidates)
-      (void)rewrite(op);
+      (void)rewriteAsAtomicLoops(op, op.getNumLoops());
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-split-reductions
+//===----------------------------------------------------------------------===//
+
+struct SplitReductionsPass
+    : PassWrapper<SplitReductionsPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(SplitReductionsPass)
+  SplitReductionsPass() = default;
+  SplitReductionsPass(int64_t threads, int64_t minLength)
+      : targetThreads(threads), minReduction(minLength) {}
+  StringRef getArgument() const override { return "ddpc-split-reductions"; }
+  StringRef getDescription() const override {
+    return "Spread long additive reductions with few outputs over threads "
+           "(partial sums, atomic adds)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<affine::AffineDialect, arith::ArithDialect,
+                    memref::MemRefDialect, scf::SCFDialect>();
   }
 
-  /// The value added to the accumulator when the body is `yield acc + v`
-  /// (either operand order) and `acc` has no other use; null otherwise.
-  static Value additiveContribution(linalg::GenericOp op) {
-    Block &body = op.getRegion().front();
-    BlockArgument acc = body.getArguments().back();
-    auto yield = cast<linalg::YieldOp>(body.getTerminator());
-    auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
-    if (!add || !acc.hasOneUse())
-      return {};
-    if (add.getLhs() == acc)
-      return add.getRhs();
-    if (add.getRhs() == acc)
-      return add.getLhs();
-    return {};
+  void runOnOperation() override {
+    SmallVector<std::pair<linalg::GenericOp, unsigned>> candidates;
+    getOperation().walk([&](linalg::GenericOp op) {
+      if (!op.hasPureBufferSemantics() || op.getNumDpsInits() != 1 ||
+          !additiveContribution(op))
+        return;
+      SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+      if (llvm::any_of(ranges, ShapedType::isDynamic))
+        return;
+      // Parallel loops first (ddpc-parallel-loops-outermost ran before).
+      auto iters = op.getIteratorTypesArray();
+      unsigned numParallel = 0;
+      while (numParallel < iters.size() &&
+             iters[numParallel] == utils::IteratorType::parallel)
+        ++numParallel;
+      AffineMap outMap = op.getIndexingMapsArray().back();
+      if (numParallel == iters.size() || !outMap.isProjectedPermutation() ||
+          llvm::any_of(outMap.getResults(), [&](AffineExpr e) {
+            return cast<AffineDimExpr>(e).getPosition() >= numParallel;
+          }))
+        return;
+      int64_t threads = 1, length = 1;
+      for (unsigned i = 0; i < ranges.size(); ++i)
+        (i < numParallel ? threads : length) *= ranges[i];
+      if (threads >= targetThreads || length < minReduction)
+        return;
+      // Move reduction loops to the parallel side, outermost first, while
+      // the thread count is below the target.
+      unsigned numOuter = numParallel;
+      while (numOuter < ranges.size() && threads < targetThreads)
+        threads *= ranges[numOuter++];
+      candidates.push_back({op, numOuter});
+    });
+    for (auto [op, numOuter] : candidates)
+      (void)rewriteAsAtomicLoops(op, numOuter);
   }
 
-  LogicalResult rewrite(linalg::GenericOp op) {
-    Value contribution = additiveContribution(op);
-    Value out = op.getDpsInitOperand(0)->get();
-    auto outType = dyn_cast<MemRefType>(out.getType());
-    if (!contribution || !outType || !isa<FloatType>(outType.getElementType()))
-      return failure();
-    OpBuilder b(op);
-    Location loc = op.getLoc();
-    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-    if (llvm::any_of(ranges, ShapedType::isDynamic))
-      return failure();
-    Value zero = arith::ConstantIndexOp::create(b, loc, 0);
-    Value one = arith::ConstantIndexOp::create(b, loc, 1);
-    SmallVector<Value> lbs(ranges.size(), zero), steps(ranges.size(), one);
-    SmallVector<Value> ubs;
-    for (int64_t r : ranges)
-      ubs.push_back(arith::ConstantIndexOp::create(b, loc, r));
-    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-    Block &body = op.getRegion().front();
-    Operation *addOp = body.getTerminator()->getOperand(0).getDefiningOp();
-    auto indices = [&](OpBuilder &nb, AffineMap map, ValueRange ivs) {
-      SmallVector<Value> idx;
-      for (AffineExpr e : map.getResults())
-        idx.push_back(affine::AffineApplyOp::create(
-            nb, loc, AffineMap::get(map.getNumDims(), 0, e), ivs));
-      return idx;
-    };
-    scf::ParallelOp::create(
-        b, loc, lbs, ubs, steps,
-        [&](OpBuilder &nb, Location l, ValueRange ivs) {
-          IRMapping mapping;
-          for (OpOperand *in : op.getDpsInputOperands()) {
-            Value v = in->get();
-            Value arg = body.getArgument(in->getOperandNumber());
-            if (isa<MemRefType>(v.getType()))
-              v = memref::LoadOp::create(
-                  nb, l, v, indices(nb, maps[in->getOperandNumber()], ivs));
-            mapping.map(arg, v);
-          }
-          for (Operation &inner : body.without_terminator()) {
-            if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
-              mapping.map(index.getResult(), ivs[index.getDim()]);
-              continue;
-            }
-            if (&inner == addOp)
-              continue;
-            nb.clone(inner, mapping);
-          }
-          memref::AtomicRMWOp::create(nb, l, arith::AtomicRMWKind::addf,
-                                      mapping.lookupOrDefault(contribution),
-                                      out, indices(nb, maps.back(), ivs));
-        });
-    op->erase();
-    return success();
-  }
+  int64_t targetThreads = 65536;
+  int64_t minReduction = 256;
 };
 
 //===----------------------------------------------------------------------===//
@@ -639,6 +743,10 @@ std::unique_ptr<Pass> createMemRefCopyToLinalgPass() {
 std::unique_ptr<Pass> createCollapseParallelLoopsPass() {
   return std::make_unique<CollapseParallelLoopsPass>();
 }
+std::unique_ptr<Pass> createSplitReductionsPass(int64_t targetThreads,
+                                                int64_t minReduction) {
+  return std::make_unique<SplitReductionsPass>(targetThreads, minReduction);
+}
 std::unique_ptr<Pass> createParallelLoopsOutermostPass() {
   return std::make_unique<ParallelLoopsOutermostPass>();
 }
@@ -656,6 +764,7 @@ void registerTransformsPasses() {
   registerPass([] { return createMemRefCopyToLinalgPass(); });
   registerPass([] { return createCollapseParallelLoopsPass(); });
   registerPass([] { return createParallelLoopsOutermostPass(); });
+  registerPass([] { return createSplitReductionsPass(); });
   registerPass([] { return createSerialLoopsToDevicePass(); });
   registerPass([] { return createGPUHostSyncPass(); });
   registerPass([] { return createGPUMergeModulesPass(); });

@@ -96,6 +96,20 @@ std::unique_ptr<mlir::Pass> createMemRefCopyToLinalgPass();
 /// terms in the same order as before.
 std::unique_ptr<mlir::Pass> createParallelLoopsOutermostPass();
 
+/// `ddpc-split-reductions` (func.func, bufferized IR, after
+/// ddpc-parallel-loops-outermost). A float reduction `out[p] += v(p, r)`
+/// with fewer than `targetThreads` outputs and at least `minReduction` terms
+/// each (a bias or convolution-weight gradient, BatchNorm statistics) would
+/// give one GPU thread a long serial loop per output. Its outermost
+/// reduction loops join the parallel loops until there are `targetThreads`
+/// threads; each thread sums the remaining loops' terms and adds that
+/// partial sum to its output with `memref.atomic_rmw addf` (split-K in GEMM
+/// terms). Float addition order then varies between runs, as with
+/// ddpc-scatter-to-atomic.
+std::unique_ptr<mlir::Pass>
+createSplitReductionsPass(int64_t targetThreads = 65536,
+                          int64_t minReduction = 256);
+
 /// `ddpc-serial-loops-to-device` (func.func, after
 /// convert-linalg-to-parallel-loops). A loop nest outside any scf.parallel
 /// that reads or writes memory (a full reduction such as a correct-

@@ -145,6 +145,32 @@ cudaStream_t computeStream() {
   return gCompute;
 }
 
+/// Managed memory that the device computes on: keeps its pages on the
+/// device (cudaMemAdviseSetPreferredLocation), so that an occasional host
+/// access (a checkpoint, a metric) migrates them back instead of letting the
+/// driver's thrashing heuristics pin them to host memory, where every kernel
+/// would reach them over the bus; with `prefetch`, moves them there now
+/// (ordered on the compute stream). Hints only: without concurrent managed
+/// access support, or on any error, nothing is done.
+void preferDevice(void *ptr, size_t bytes, bool prefetch) {
+  static const bool supported = [] {
+    int value = 0;
+    return cudaDeviceGetAttribute(&value, cudaDevAttrConcurrentManagedAccess,
+                                  gDevice) == cudaSuccess &&
+           value != 0;
+  }();
+  if (!supported || !ptr || bytes == 0)
+    return;
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeDevice;
+  location.id = gDevice;
+  if (cudaMemAdvise(ptr, bytes, cudaMemAdviseSetPreferredLocation, location) !=
+          cudaSuccess ||
+      (prefetch &&
+       cudaMemPrefetchAsync(ptr, bytes, location, 0, gCompute) != cudaSuccess))
+    (void)cudaGetLastError(); // A hint: clear the error, go on.
+}
+
 } // namespace cuda
 
 //===----------------------------------------------------------------------===//
@@ -159,6 +185,12 @@ void *allocateBuffer(size_t bytes) {
   if (cudaMallocManaged(&ptr, rounded, cudaMemAttachGlobal) != cudaSuccess)
     return nullptr;
   std::memset(ptr, 0, rounded);
+  // Parameters, gradients, optimizer state and input batches live on the
+  // device; the small per-step scalars the host writes (learning rate,
+  // step) and reads (loss) are left to the driver. No prefetch: the host
+  // fills most of them first.
+  if (rounded >= (64u << 10))
+    cuda::preferDevice(ptr, rounded, /*prefetch=*/false);
   return ptr;
 }
 
@@ -257,6 +289,8 @@ struct Pool {
       check(cudaMallocManaged(&ptr, size, cudaMemAttachGlobal),
             ("cudaMallocManaged(" + std::to_string(size) + " bytes)").c_str());
     }
+    // Compiled code's arenas and temporaries: device memory in all but name.
+    preferDevice(ptr, size, /*prefetch=*/true);
     live.emplace(ptr, size);
     return ptr;
   }
@@ -285,6 +319,9 @@ struct LazyModule {
   CUmodule module = nullptr;
   std::mutex mutex;
   std::unordered_map<std::string, CUfunction> functions;
+  /// By the address of the name (compiled code passes string constants),
+  /// so that each launch finds its function without building a string.
+  std::unordered_map<const char *, CUfunction> byAddress;
 };
 
 std::unordered_map<CUfunction, const char *> &kernelNames() {
@@ -441,9 +478,14 @@ void mgpuModuleUnload(void *) {
 void *mgpuModuleGetFunction(void *handle, const char *name) {
   auto *m = static_cast<LazyModule *>(handle);
   std::lock_guard<std::mutex> lock(m->mutex);
+  auto fast = m->byAddress.find(name);
+  if (fast != m->byAddress.end())
+    return fast->second;
   auto it = m->functions.find(name);
-  if (it != m->functions.end())
+  if (it != m->functions.end()) {
+    m->byAddress.emplace(name, it->second);
     return it->second;
+  }
   ensureDevice();
   if (!m->module)
     checkDriver(cuModuleLoadData(&m->module, m->data),
@@ -453,6 +495,7 @@ void *mgpuModuleGetFunction(void *handle, const char *name) {
   checkDriver(cuModuleGetFunction(&fn, m->module, name),
               (std::string("cuModuleGetFunction(") + name + ")").c_str());
   m->functions.emplace(name, fn);
+  m->byAddress.emplace(name, fn);
   kernelNames().emplace(fn, strdup(name));
   return fn;
 }

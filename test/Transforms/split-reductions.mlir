@@ -1,0 +1,74 @@
+// RUN: ddpc-opt %s --pass-pipeline='builtin.module(func.func(ddpc-parallel-loops-outermost,ddpc-split-reductions))' | FileCheck %s
+
+// Tests ddpc-split-reductions: a bias gradient db[c] = sum_{n,h,w} dy[n,c,h,w]
+// has 16 outputs of 25088 terms each. All its reduction loops join the
+// parallel loop over c (16 * 32 * 28 = 14336 threads is still below the
+// 65536 target), so every thread adds its one term to db[c] atomically.
+// CHECK-LABEL: func.func @bias_grad(
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0, %c0) to (%c16, %c32, %c28, %c28{{.*}})
+// CHECK: %[[V:.*]] = memref.load %arg0[
+// CHECK: memref.atomic_rmw addf %[[V]], %arg1[
+// CHECK-NOT: linalg.generic
+#in = affine_map<(n, c, h, w) -> (n, c, h, w)>
+#out = affine_map<(n, c, h, w) -> (c)>
+func.func @bias_grad(%dy: memref<32x16x28x28xf32>, %db: memref<16xf32>) {
+  linalg.generic {indexing_maps = [#in, #out], iterator_types = ["reduction", "parallel", "reduction", "reduction"]}
+      ins(%dy : memref<32x16x28x28xf32>) outs(%db : memref<16xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// A weight gradient dw[o,i] = sum_{n,p} x[n,p,i] * dy[n,p,o] with 64 * 64
+// outputs: the batch loop joins them (4096 * 128 = 524288 >= 65536 threads)
+// and each thread sums the 196 positions p in order before one atomic add.
+// CHECK-LABEL: func.func @weight_grad(
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0) to (%c64, %c64{{.*}}, %c128)
+// CHECK: %[[Z:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK: %[[S:.*]] = scf.for %[[P:.*]] = %c0 to %c196 step %c1 iter_args(%[[ACC:.*]] = %[[Z]]) -> (f32)
+// CHECK: arith.mulf
+// CHECK: %[[NEXT:.*]] = arith.addf %[[ACC]],
+// CHECK: scf.yield %[[NEXT]] : f32
+// CHECK: memref.atomic_rmw addf %[[S]], %arg2[
+#x = affine_map<(o, i, n, p) -> (n, p, i)>
+#g = affine_map<(o, i, n, p) -> (n, p, o)>
+#w = affine_map<(o, i, n, p) -> (o, i)>
+func.func @weight_grad(%xs: memref<128x196x64xf32>, %dys: memref<128x196x64xf32>, %dw: memref<64x64xf32>) {
+  linalg.generic {indexing_maps = [#x, #g, #w], iterator_types = ["parallel", "parallel", "reduction", "reduction"]}
+      ins(%xs, %dys : memref<128x196x64xf32>, memref<128x196x64xf32>) outs(%dw : memref<64x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// Enough outputs already (65536), or too short a reduction (10 terms): left
+// to the one-thread-per-output loops.
+// CHECK-LABEL: func.func @many_outputs(
+// CHECK: linalg.generic
+// CHECK-LABEL: func.func @short(
+// CHECK: linalg.generic
+#a2 = affine_map<(i, j) -> (i, j)>
+#o2 = affine_map<(i, j) -> (i)>
+func.func @many_outputs(%x: memref<65536x300xf32>, %y: memref<65536xf32>) {
+  linalg.generic {indexing_maps = [#a2, #o2], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<65536x300xf32>) outs(%y : memref<65536xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @short(%x: memref<8x10xf32>, %y: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#a2, #o2], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<8x10xf32>) outs(%y : memref<8xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  return
+}
