@@ -12,6 +12,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <functional>
 #include <map>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -455,16 +456,35 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
   llvm::json::Array functions;
   int64_t kernels = 0;
   module.walk([&](gpu::GPUFuncOp) { ++kernels; });
+  // Launches and GEMMs of one call of `f`, including those of the
+  // module's functions it calls (the gradient allreduce helpers), once per
+  // call site.
+  llvm::DenseMap<Operation *, std::pair<int64_t, int64_t>> counted;
+  std::function<std::pair<int64_t, int64_t>(func::FuncOp)> count =
+      [&](func::FuncOp f) -> std::pair<int64_t, int64_t> {
+    if (auto it = counted.find(f); it != counted.end())
+      return it->second;
+    counted[f] = {0, 0}; // Recursion guard (the IR has no recursion).
+    int64_t launches = 0, gemms = 0;
+    f.walk([&](Operation *op) {
+      if (isa<gpu::LaunchFuncOp>(op)) {
+        ++launches;
+      } else if (auto call = dyn_cast<func::CallOp>(op)) {
+        gemms += call.getCallee() == "ddpc_gemm_f32";
+        auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+        if (callee && !callee.isExternal()) {
+          auto [l, g] = count(callee);
+          launches += l;
+          gemms += g;
+        }
+      }
+    });
+    return counted[f] = {launches, gemms};
+  };
   for (auto f : module.getOps<func::FuncOp>()) {
     if (f.isExternal() || !f.isPublic())
       continue;
-    int64_t launches = 0, gemms = 0;
-    f.walk([&](Operation *op) {
-      if (isa<gpu::LaunchFuncOp>(op))
-        ++launches;
-      else if (auto call = dyn_cast<func::CallOp>(op))
-        gemms += call.getCallee() == "ddpc_gemm_f32";
-    });
+    auto [launches, gemms] = count(f);
     int64_t arena = 0;
     if (auto a = f->getAttrOfType<IntegerAttr>("ddpc.arena_bytes"))
       arena = a.getInt();

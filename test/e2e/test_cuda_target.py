@@ -160,3 +160,31 @@ def test_host_launches_match_kernel_parameters(ddpc, tmp_path, model, flags):
     for name, args in entry_points:
         kinds = re.findall(r"%arg\d+: ([^ ,{]+)", args)
         assert kinds and set(kinds) == {"!llvm.ptr"}, f"{name} takes {kinds}"
+
+
+def test_report_counts_launches_of_called_helpers(ddpc, tmp_path):
+    """--report's kernel_launches per step function counts the launches of
+    the module's functions it calls (the allreduce helpers of `apply`),
+    checked against the lowered host IR's call graph."""
+    import json
+    import re
+    model, flags = CASES[0]
+    base = [ddpc, "compile", str(ROOT / model), *flags, "--target", "cuda", "--cuda-arch", "sm_90"]
+    rep = subprocess.run([*base, "--report=json", "-o", str(tmp_path / "prog")], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    counts = {f["name"]: f["kernel_launches"] for f in json.loads(rep.stdout)["cuda"]["functions"]}
+    host = subprocess.run([*base, "--emit=lowered-mlir", "-o", "-"], capture_output=True, text=True).stdout
+    bodies = {m.group(1): m.group(2) for m in re.finditer(r"^  llvm\.func @(\w+)\([^\n]*\{\n(.*?)^  \}", host, re.M | re.S)}
+
+    def launches(name):
+        body = bodies[name]
+        n = body.count("gpu.launch_func")
+        for callee in re.findall(r"llvm\.call @(\w+)\(", body):
+            if callee in bodies:
+                n += launches(callee)
+        return n
+
+    for name in ("train_micro", "apply", "eval"):
+        assert counts[name] == launches(name), (name, counts[name], launches(name))
+    helpers = [n for n in bodies if n.startswith("ddpc_allreduce_sum")]
+    assert helpers and counts["apply"] > bodies["apply"].count("gpu.launch_func")
