@@ -61,14 +61,15 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 }
 
 void buildGPULoopPipeline(OpPassManager &pm) {
-  addPipeline(pm, "func.func(ddpc-plan-arena,"
-                  "ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
-                  "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
-                  "ddpc-split-reductions,"
-                  "convert-linalg-to-parallel-loops,"
-                  "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
-                  "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
-                  "no-min-max-bounds})");
+  addPipeline(
+      pm, "func.func(ddpc-plan-arena,"
+          "ddpc-conv-to-gemm,ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
+          "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
+          "ddpc-split-reductions,"
+          "convert-linalg-to-parallel-loops,"
+          "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
+          "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
+          "no-min-max-bounds})");
 }
 
 void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {

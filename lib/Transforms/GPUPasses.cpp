@@ -25,6 +25,7 @@
 #include "mlir/Pass/Pass.h"
 
 #include <functional>
+#include <optional>
 
 using namespace mlir;
 
@@ -68,6 +69,39 @@ bool resultsAre(AffineMap map, ArrayRef<unsigned> dims) {
       return false;
   }
   return true;
+}
+
+/// Emits `ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C, strideA,
+/// strideB, strideC)` (Gemm.h) before `at`, labelled with `at`'s fusion
+/// group and ONNX nodes.
+func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
+                          int64_t k, int transA, int transB, Value a, Value bm,
+                          Value c, int64_t strideA, int64_t strideB,
+                          int64_t strideC) {
+  OpBuilder b(at);
+  Location loc = at->getLoc();
+  auto i64 = [&](int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, v, 64).getResult();
+  };
+  auto i32 = [&](int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, v, 32).getResult();
+  };
+  auto ptr = [&](Value mem) {
+    Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+    return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx).getResult();
+  };
+  SmallVector<Value> args = {
+      i64(batch), i64(m),  i64(n), i64(k),       i32(transA),  i32(transB),
+      ptr(a),     ptr(bm), ptr(c), i64(strideA), i64(strideB), i64(strideC)};
+  auto module = at->getParentOfType<ModuleOp>();
+  auto fn = getOrDeclare(module, kGemmFn,
+                         b.getFunctionType(ValueRange(args).getTypes(), {}));
+  auto call = func::CallOp::create(b, loc, fn, args);
+  for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+    if (Attribute v = at->getAttr(attr))
+      call->setAttr(attr, v);
+  call->setAttr("ddpc.library", b.getStringAttr("cublas"));
+  return call;
 }
 
 struct GemmToLibraryCallPass
@@ -149,30 +183,162 @@ struct GemmToLibraryCallPass
 
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     int64_t batchSize = batch.empty() ? 1 : ranges[batch[0]];
+    int64_t M = ranges[m], N = ranges[n], K = ranges[k];
+    emitGemmCall(op, batchSize, M, N, K, transA, transB, a, bm, c, M * K, K * N,
+                 M * N);
+    op->erase();
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-conv-to-gemm
+//===----------------------------------------------------------------------===//
+
+/// Coefficients (a, b) when `e` is `a * d<i> + b * d<j>` (a, b >= 1), by
+/// evaluating it at unit points; failure otherwise.
+std::optional<std::pair<int64_t, int64_t>>
+linearIn(AffineExpr e, unsigned numDims, unsigned i, unsigned j) {
+  auto at = [&](int64_t vi, int64_t vj) -> std::optional<int64_t> {
+    SmallVector<AffineExpr> dims;
+    for (unsigned d = 0; d < numDims; ++d)
+      dims.push_back(getAffineConstantExpr(d == i   ? vi
+                                           : d == j ? vj
+                                                    : 0,
+                                           e.getContext()));
+    auto c = dyn_cast<AffineConstantExpr>(
+        simplifyAffineExpr(e.replaceDims(dims), 0, 0));
+    if (!c)
+      return std::nullopt;
+    return c.getValue();
+  };
+  auto zero = at(0, 0), a = at(1, 0), b = at(0, 1), ab = at(1, 1),
+       big = at(7, 5);
+  if (!zero || !a || !b || !ab || !big || *zero != 0 || *a < 1 || *b < 1 ||
+      *ab != *a + *b || *big != 7 * *a + 5 * *b)
+    return std::nullopt;
+  // The other dims must not appear.
+  for (unsigned d = 0; d < numDims; ++d)
+    if (d != i && d != j && e.isFunctionOfDim(d))
+      return std::nullopt;
+  return std::make_pair(*a, *b);
+}
+
+/// Whether the body of `op` is `yield acc + in0 * in1` (either order).
+bool isMulAdd(linalg::GenericOp op) {
+  Block &body = op.getRegion().front();
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
+  if (!add || body.getOperations().size() != 3)
+    return false;
+  Value acc = body.getArgument(2);
+  Value other = add.getLhs() == acc   ? add.getRhs()
+                : add.getRhs() == acc ? add.getLhs()
+                                      : Value();
+  auto mul = other ? other.getDefiningOp<arith::MulFOp>() : nullptr;
+  if (!mul)
+    return false;
+  Value x = body.getArgument(0), w = body.getArgument(1);
+  return (mul.getLhs() == x && mul.getRhs() == w) ||
+         (mul.getLhs() == w && mul.getRhs() == x);
+}
+
+struct ConvToGemmPass
+    : PassWrapper<ConvToGemmPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ConvToGemmPass)
+  StringRef getArgument() const override { return "ddpc-conv-to-gemm"; }
+  StringRef getDescription() const override {
+    return "Lower ungrouped 2-d convolutions to im2col + ddpc_gemm_f32";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, func::FuncDialect,
+                    linalg::LinalgDialect, memref::MemRefDialect>();
+  }
+
+  void runOnOperation() override {
+    SmallVector<linalg::GenericOp> convs;
+    getOperation().walk([&](linalg::GenericOp op) {
+      if (op.hasPureBufferSemantics() && op.getNumDpsInputs() == 2 &&
+          op.getNumDpsInits() == 1 && op.getNumLoops() == 8)
+        convs.push_back(op);
+    });
+    for (linalg::GenericOp op : convs)
+      (void)rewrite(op);
+  }
+
+  /// Matches the importer's forward convolution (loops n, g, oc, oh, ow |
+  /// ic, kh, kw):  y[n,g,oc,oh,ow] += x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] *
+  /// w[g,oc,ic,kh,kw], with one group and dense buffers.
+  LogicalResult rewrite(linalg::GenericOp op) {
+    auto iters = op.getIteratorTypesArray();
+    for (unsigned i = 0; i < 8; ++i)
+      if ((iters[i] == utils::IteratorType::parallel) != (i < 5))
+        return failure();
+    if (!isMulAdd(op))
+      return failure();
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    auto dim = [&](AffineExpr e, unsigned d) {
+      auto de = dyn_cast<AffineDimExpr>(e);
+      return de && de.getPosition() == d;
+    };
+    AffineMap xm = maps[0], wm = maps[1], ym = maps[2];
+    if (xm.getNumResults() != 5 || wm.getNumResults() != 5 ||
+        !resultsAre(wm, {1, 2, 5, 6, 7}) || !resultsAre(ym, {0, 1, 2, 3, 4}) ||
+        !dim(xm.getResult(0), 0) || !dim(xm.getResult(1), 1) ||
+        !dim(xm.getResult(2), 5))
+      return failure();
+    auto hw = linearIn(xm.getResult(3), 8, 3, 6);
+    auto ww = linearIn(xm.getResult(4), 8, 4, 7);
+    Value x = op.getDpsInputOperand(0)->get();
+    Value w = op.getDpsInputOperand(1)->get();
+    Value y = op.getDpsInitOperand(0)->get();
+    auto xt = dyn_cast<MemRefType>(x.getType());
+    if (!hw || !ww || !denseF32(w) || !denseF32(y) || !xt ||
+        !xt.hasStaticShape() || !xt.getElementType().isF32())
+      return failure();
+    SmallVector<int64_t> r = op.getStaticLoopRanges();
+    int64_t N = r[0], G = r[1], OC = r[2], OH = r[3], OW = r[4], C = r[5],
+            KH = r[6], KW = r[7];
+    if (G != 1)
+      return failure();
+    int64_t K = C * KH * KW, P = OH * OW;
     OpBuilder b(op);
     Location loc = op.getLoc();
-    auto i64 = [&](int64_t v) {
-      return arith::ConstantIntOp::create(b, loc, v, 64).getResult();
-    };
-    auto i32 = [&](int64_t v) {
-      return arith::ConstantIntOp::create(b, loc, v, 32).getResult();
-    };
-    auto ptr = [&](Value mem) {
-      Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
-      return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx)
-          .getResult();
-    };
-    SmallVector<Value> args = {i64(batchSize), i64(ranges[m]), i64(ranges[n]),
-                               i64(ranges[k]), i32(transA),    i32(transB),
-                               ptr(a),         ptr(bm),        ptr(c)};
-    auto module = op->getParentOfType<ModuleOp>();
-    auto fn = getOrDeclare(module, kGemmFn,
-                           b.getFunctionType(ValueRange(args).getTypes(), {}));
-    auto call = func::CallOp::create(b, loc, fn, args);
+    MLIRContext *ctx = op.getContext();
+    // col[n, (ic, kh, kw), (oh, ow)] = x[n, 0, ic, sh*oh + dh*kh, ...].
+    auto colType = MemRefType::get({N, K, P}, b.getF32Type());
+    Value col =
+        memref::AllocOp::create(b, loc, colType, b.getI64IntegerAttr(64));
+    Value col6 = memref::ExpandShapeOp::create(
+        b, loc, SmallVector<int64_t>{N, C, KH, KW, OH, OW}, col,
+        SmallVector<ReassociationIndices>{{0}, {1, 2, 3}, {4, 5}});
+    // Loops (n, ic, kh, kw, oh, ow).
+    AffineExpr n = getAffineDimExpr(0, ctx), ic = getAffineDimExpr(1, ctx),
+               kh = getAffineDimExpr(2, ctx), kw = getAffineDimExpr(3, ctx),
+               oh = getAffineDimExpr(4, ctx), ow = getAffineDimExpr(5, ctx);
+    AffineMap gather = AffineMap::get(6, 0,
+                                      {n, getAffineConstantExpr(0, ctx), ic,
+                                       oh * hw->first + kh * hw->second,
+                                       ow * ww->first + kw * ww->second},
+                                      ctx);
+    auto im2col = linalg::GenericOp::create(
+        b, loc, ValueRange{x}, ValueRange{col6},
+        ArrayRef<AffineMap>{gather, b.getMultiDimIdentityMap(6)},
+        SmallVector<utils::IteratorType>(6, utils::IteratorType::parallel),
+        [](OpBuilder &nb, Location l, ValueRange args) {
+          linalg::YieldOp::create(nb, l, args[0]);
+        });
     for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
       if (Attribute v = op->getAttr(attr))
-        call->setAttr(attr, v);
-    call->setAttr("ddpc.library", b.getStringAttr("cublas"));
+        im2col->setAttr(attr, v);
+    // y[n] (OC x P) += w (OC x K) * col[n] (K x P), w shared by the batch.
+    Value wMat = memref::CollapseShapeOp::create(
+        b, loc, w, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
+    Value yMat = memref::CollapseShapeOp::create(
+        b, loc, y, SmallVector<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
+    emitGemmCall(op, N, OC, P, K, 0, 0, wMat, col, yMat, 0, K * P, OC * P);
+    b.setInsertionPoint(op);
+    memref::DeallocOp::create(b, loc, col);
     op->erase();
     return success();
   }
@@ -734,6 +900,9 @@ std::unique_ptr<Pass> createGPUMergeModulesPass() {
 std::unique_ptr<Pass> createGemmToLibraryCallPass() {
   return std::make_unique<GemmToLibraryCallPass>();
 }
+std::unique_ptr<Pass> createConvToGemmPass() {
+  return std::make_unique<ConvToGemmPass>();
+}
 std::unique_ptr<Pass> createScatterToAtomicPass() {
   return std::make_unique<ScatterToAtomicPass>();
 }
@@ -760,6 +929,7 @@ std::unique_ptr<Pass> createGPUHostSyncPass() {
 void registerTransformsPasses() {
   registerPass([] { return createFuseOpsPass(); });
   registerPass([] { return createGemmToLibraryCallPass(); });
+  registerPass([] { return createConvToGemmPass(); });
   registerPass([] { return createScatterToAtomicPass(); });
   registerPass([] { return createMemRefCopyToLinalgPass(); });
   registerPass([] { return createCollapseParallelLoopsPass(); });

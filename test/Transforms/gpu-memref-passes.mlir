@@ -13,9 +13,13 @@
 // CHECK-DAG: %[[F:.*]] = arith.constant 0 : i32
 // CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
 // CHECK: memref.extract_aligned_pointer_as_index %arg0
-// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}ddpc.library = "cublas"}
+// The batch strides (elements) follow: A 4*8, B 8*3, C 4*3.
+// CHECK-DAG: %[[SA:.*]] = arith.constant 32 : i64
+// CHECK-DAG: %[[SB:.*]] = arith.constant 24 : i64
+// CHECK-DAG: %[[SC:.*]] = arith.constant 12 : i64
+// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SA]], %[[SB]], %[[SC]]) {{{.*}}ddpc.library = "cublas"}
 // CHECK-NOT: linalg.generic
-// CHECK: func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64)
+// CHECK: func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64)
 #a = affine_map<(m, n, k) -> (m, k)>
 #bt = affine_map<(m, n, k) -> (n, k)>
 #c = affine_map<(m, n, k) -> (m, n)>

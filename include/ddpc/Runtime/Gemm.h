@@ -3,11 +3,14 @@
 // Compiled code calls (see ddpc-gemm-to-library-call)
 //   void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
 //                      int32_t transA, int32_t transB,
-//                      int64_t A, int64_t B, int64_t C);   // addresses
+//                      int64_t A, int64_t B, int64_t C,     // addresses
+//                      int64_t strideA, int64_t strideB,
+//                      int64_t strideC);                     // elements
 // computing, for every b < batch, on dense row-major float32 buffers,
 //   C[b] (m x n) += op(A[b]) (m x k) * op(B[b]) (k x n)
-// where A[b] is stored m x k, or k x m when transA, and B[b] is stored
-// k x n, or n x k when transB. BLAS libraries (cuBLAS) are column-major: a
+// where X[b] starts strideX elements after X[b-1] (0: one matrix shared by
+// the whole batch, e.g. a convolution's weights), A[b] is stored m x k, or
+// k x m when transA, and B[b] is stored k x n, or n x k when transB. BLAS libraries (cuBLAS) are column-major: a
 // row-major matrix is its transpose in column-major order, so C = A B is
 // computed as C^T = B^T A^T, with the operands swapped. toColumnMajor()
 // derives that call once, for both the CUDA runtime (cublasSgemmStrided-
@@ -42,7 +45,9 @@ struct ColumnMajorGemm {
 
 inline ColumnMajorGemm toColumnMajor(int64_t batch, int64_t m, int64_t n,
                                      int64_t k, int32_t transA, int32_t transB,
-                                     int64_t a, int64_t b, int64_t c) {
+                                     int64_t a, int64_t b, int64_t c,
+                                     int64_t strideA, int64_t strideB,
+                                     int64_t strideC) {
   ColumnMajorGemm g;
   // C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
   g.transFirst = transB != 0;
@@ -54,14 +59,14 @@ inline ColumnMajorGemm toColumnMajor(int64_t batch, int64_t m, int64_t n,
   // ld k. Likewise for A with (m, k).
   g.first = reinterpret_cast<const float *>(b);
   g.ldFirst = transB ? k : n;
-  g.strideFirst = k * n;
+  g.strideFirst = strideB;
   g.transSecond = transA != 0;
   g.second = reinterpret_cast<const float *>(a);
   g.ldSecond = transA ? m : k;
-  g.strideSecond = m * k;
+  g.strideSecond = strideA;
   g.out = reinterpret_cast<float *>(c);
   g.ldOut = n;
-  g.strideOut = m * n;
+  g.strideOut = strideC;
   g.batch = batch;
   return g;
 }

@@ -64,12 +64,24 @@ std::unique_ptr<mlir::Pass> createPlanArenaPass();
 /// `ddpc-gemm-to-library-call` (func.func, bufferized IR). A linalg.generic
 /// that is a float32 contraction C[b,m,n] += A[b,m|k,k|m] * B[b,k|n,n|k]
 /// over dense identity-layout memrefs becomes
-///   func.call @ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C)
-/// (i64 sizes, i32 flags, i64 aligned pointers), which computes
+///   func.call @ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C,
+///                            strideA, strideB, strideC)
+/// (i64 sizes, i32 flags, i64 aligned pointers, i64 batch strides in
+/// elements), which computes
 /// C = op(A) * op(B) + C on row-major buffers (the runtime maps it to
 /// cublasSgemmStridedBatched). Other contractions are left alone and become
 /// generated kernels.
 std::unique_ptr<mlir::Pass> createGemmToLibraryCallPass();
+
+/// `ddpc-conv-to-gemm` (func.func, bufferized IR; CUDA pipeline). An
+/// ungrouped 2-d convolution generic as the importer emits it,
+///   y[n,0,oc,oh,ow] += x[n,0,ic,sh*oh+dh*kh, sw*ow+dw*kw] * w[0,oc,ic,kh,kw]
+/// (input already padded), becomes an im2col copy into a temporary
+///   col[n, (ic,kh,kw), (oh,ow)]   (float32, N x C*KH*KW x OH*OW)
+/// and one batched GEMM call y[n] (OC x OH*OW) += w (OC x C*KH*KW) *
+/// col[n], with w shared by the batch (batch stride 0): the explicit-GEMM
+/// convolution of Chellapilla et al. 2006 / Caffe, on cuBLAS.
+std::unique_ptr<mlir::Pass> createConvToGemmPass();
 
 /// `ddpc-scatter-to-atomic` (func.func, bufferized IR). A linalg.generic
 /// whose output indexing map is not a projected permutation (a gradient of

@@ -570,10 +570,12 @@ void ddpc_gpu_host_sync() {
 /// See Gemm.h: the row-major product as cuBLAS's column-major call.
 void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                    int32_t transA, int32_t transB, int64_t a, int64_t b,
-                   int64_t c) {
+                   int64_t c, int64_t strideA, int64_t strideB,
+                   int64_t strideC) {
   computeStream(); // Initializes cuBLAS.
   const float one = 1.0f;
-  ColumnMajorGemm g = toColumnMajor(batch, m, n, k, transA, transB, a, b, c);
+  ColumnMajorGemm g = toColumnMajor(batch, m, n, k, transA, transB, a, b, c,
+                                    strideA, strideB, strideC);
   auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
   std::string shape = " (batch " + std::to_string(batch) + ", m " +
                       std::to_string(m) + ", n " + std::to_string(n) + ", k " +

@@ -1,0 +1,78 @@
+// RUN: ddpc-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(ddpc-conv-to-gemm))' | FileCheck %s
+
+// Tests ddpc-conv-to-gemm on the importer's convolution generic: batch 2,
+// 3 input channels of 6x6 (already padded), 4 output channels, 3x3 window,
+// stride 1: im2col into col[2, 3*3*3, 4*4] and one GEMM per sample,
+// y[n] (4 x 16) += w (4 x 27) * col[n] (27 x 16), with the weights shared
+// by the batch (stride 0); the strides of col and y are 27*16 and 4*16.
+// CHECK-LABEL: func.func @conv(
+// CHECK: %[[COL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x16xf32>
+// CHECK: %[[COL6:.*]] = memref.expand_shape %[[COL]] {{\[\[}}0], [1, 2, 3], [4, 5]] output_shape [2, 3, 3, 3, 4, 4]
+// CHECK: linalg.generic {indexing_maps = [#[[GATHER:.*]], #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%arg0 : memref<2x1x3x6x6xf32>) outs(%[[COL6]] : memref<2x3x3x3x4x4xf32>)
+// CHECK: memref.collapse_shape %arg1 {{\[\[}}0, 1], [2, 3, 4]] : memref<1x4x3x3x3xf32> into memref<4x27xf32>
+// CHECK: memref.collapse_shape %arg2 {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x4x4x4xf32> into memref<2x4x16xf32>
+// CHECK-DAG: %[[B:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[N:.*]] = arith.constant 16 : i64
+// CHECK-DAG: %[[K:.*]] = arith.constant 27 : i64
+// CHECK-DAG: %[[Z:.*]] = arith.constant 0 : i64
+// CHECK-DAG: %[[SB:.*]] = arith.constant 432 : i64
+// CHECK-DAG: %[[SC:.*]] = arith.constant 64 : i64
+// CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]])
+// CHECK: memref.dealloc %[[COL]]
+// CHECK-NOT: reduction
+#x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
+#w = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#y = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @conv(%x: memref<2x1x3x6x6xf32>, %w: memref<1x4x3x3x3xf32>, %y: memref<2x1x4x4x4xf32>) {
+  linalg.generic {indexing_maps = [#x, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<2x1x3x6x6xf32>, memref<1x4x3x3x3xf32>) outs(%y : memref<2x1x4x4x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Stride 2 and dilation 2 go into the gather map: x[n, 0, ic, 2*oh + 2*kh,
+// 2*ow + 2*kw] with loops (n, ic, kh, kw, oh, ow).
+// CHECK: #[[G:.*]] = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, 0, d1, d4 * 2 + d2 * 2, d5 * 2 + d3 * 2)>
+// CHECK-LABEL: func.func @strided(
+// CHECK: linalg.generic {indexing_maps = [#[[G]],
+// CHECK: call @ddpc_gemm_f32(
+#xs = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 * 2 + d6 * 2, d4 * 2 + d7 * 2)>
+#ws = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#ys = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @strided(%x: memref<1x1x2x9x9xf32>, %w: memref<1x2x2x3x3xf32>, %y: memref<1x1x2x3x3xf32>) {
+  linalg.generic {indexing_maps = [#xs, #ws, #ys], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<1x1x2x9x9xf32>, memref<1x2x2x3x3xf32>) outs(%y : memref<1x1x2x3x3xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Grouped (depthwise) convolutions stay generated kernels.
+// CHECK-LABEL: func.func @grouped(
+// CHECK-NOT: ddpc_gemm_f32
+// CHECK: linalg.generic
+#xg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
+#wg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#yg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @grouped(%x: memref<2x3x1x6x6xf32>, %w: memref<3x1x1x3x3xf32>, %y: memref<2x3x1x4x4xf32>) {
+  linalg.generic {indexing_maps = [#xg, #wg, #yg], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<2x3x1x6x6xf32>, memref<3x1x1x3x3xf32>) outs(%y : memref<2x3x1x4x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
