@@ -266,16 +266,147 @@ struct ConvToGemmPass
       (void)rewrite(op);
   }
 
+  /// A copy kernel gathering the convolution windows of `x` (N x 1 x C x
+  /// H x W, padded) into a new buffer: with `batchOuter`,
+  ///   col[n, (ic,kh,kw), (oh,ow)]   (N x K x P, forward), else
+  ///   col[(ic,kh,kw), n, (oh,ow)]   (K x N x P, weight gradient),
+  /// holding x[n, 0, ic, sh*oh + dh*kh, sw*ow + dw*kw].
+  static Value emitIm2Col(OpBuilder &b, Location loc, Operation *labels,
+                          Value x, ArrayRef<int64_t> r,
+                          std::pair<int64_t, int64_t> hw,
+                          std::pair<int64_t, int64_t> ww, bool batchOuter) {
+    MLIRContext *ctx = b.getContext();
+    int64_t N = r[0], OH = r[3], OW = r[4], C = r[5], KH = r[6], KW = r[7];
+    int64_t K = C * KH * KW, P = OH * OW;
+    SmallVector<int64_t> shape = batchOuter ? SmallVector<int64_t>{N, K, P}
+                                            : SmallVector<int64_t>{K, N, P};
+    Value col =
+        memref::AllocOp::create(b, loc, MemRefType::get(shape, b.getF32Type()),
+                                b.getI64IntegerAttr(64));
+    Value col6 =
+        batchOuter
+            ? memref::ExpandShapeOp::create(
+                  b, loc, SmallVector<int64_t>{N, C, KH, KW, OH, OW}, col,
+                  SmallVector<ReassociationIndices>{{0}, {1, 2, 3}, {4, 5}})
+            : memref::ExpandShapeOp::create(
+                  b, loc, SmallVector<int64_t>{C, KH, KW, N, OH, OW}, col,
+                  SmallVector<ReassociationIndices>{{0, 1, 2}, {3}, {4, 5}});
+    // Loops in the order of col6's dims.
+    unsigned pn = batchOuter ? 0 : 3, pic = batchOuter ? 1 : 0,
+             pkh = batchOuter ? 2 : 1, pkw = batchOuter ? 3 : 2;
+    AffineExpr n = getAffineDimExpr(pn, ctx), ic = getAffineDimExpr(pic, ctx),
+               kh = getAffineDimExpr(pkh, ctx), kw = getAffineDimExpr(pkw, ctx),
+               oh = getAffineDimExpr(4, ctx), ow = getAffineDimExpr(5, ctx);
+    AffineMap gather = AffineMap::get(6, 0,
+                                      {n, getAffineConstantExpr(0, ctx), ic,
+                                       oh * hw.first + kh * hw.second,
+                                       ow * ww.first + kw * ww.second},
+                                      ctx);
+    auto im2col = linalg::GenericOp::create(
+        b, loc, ValueRange{x}, ValueRange{col6},
+        ArrayRef<AffineMap>{gather, b.getMultiDimIdentityMap(6)},
+        SmallVector<utils::IteratorType>(6, utils::IteratorType::parallel),
+        [](OpBuilder &nb, Location l, ValueRange args) {
+          linalg::YieldOp::create(nb, l, args[0]);
+        });
+    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+      if (Attribute v = labels->getAttr(attr))
+        im2col->setAttr(attr, v);
+    return col;
+  }
+
+  LogicalResult rewrite(linalg::GenericOp op) {
+    if (!isMulAdd(op))
+      return failure();
+    if (succeeded(rewriteForward(op)))
+      return success();
+    return rewriteWeightGradient(op);
+  }
+
+  /// Matches the importer's weight gradient of a convolution (same loops
+  /// as the forward; n, oh, ow reduce):  dw[g,oc,ic,kh,kw] +=
+  /// x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] * dy[n,g,oc,oh,ow], one group. With
+  /// colT[(ic,kh,kw), n, (oh,ow)] and dyT[oc, n, (oh,ow)] (a transpose
+  /// kernel) it is one GEMM over the N*P positions:
+  ///   dw (OC x K) += dyT (OC x N*P) * colT^T (N*P x K).
+  LogicalResult rewriteWeightGradient(linalg::GenericOp op) {
+    auto iters = op.getIteratorTypesArray();
+    const bool parallel[8] = {false, true, true, false,
+                              false, true, true, true};
+    for (unsigned i = 0; i < 8; ++i)
+      if ((iters[i] == utils::IteratorType::parallel) != parallel[i])
+        return failure();
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    AffineMap xm = maps[0], gm = maps[1], wm = maps[2];
+    auto dim = [&](AffineExpr e, unsigned d) {
+      auto de = dyn_cast<AffineDimExpr>(e);
+      return de && de.getPosition() == d;
+    };
+    if (xm.getNumResults() != 5 || !resultsAre(gm, {0, 1, 2, 3, 4}) ||
+        !resultsAre(wm, {1, 2, 5, 6, 7}) || !dim(xm.getResult(0), 0) ||
+        !dim(xm.getResult(1), 1) || !dim(xm.getResult(2), 5))
+      return failure();
+    auto hw = linearIn(xm.getResult(3), 8, 3, 6);
+    auto ww = linearIn(xm.getResult(4), 8, 4, 7);
+    Value x = op.getDpsInputOperand(0)->get();
+    Value dy = op.getDpsInputOperand(1)->get();
+    Value dw = op.getDpsInitOperand(0)->get();
+    auto xt = dyn_cast<MemRefType>(x.getType());
+    if (!hw || !ww || !denseF32(dy) || !denseF32(dw) || !xt ||
+        !xt.hasStaticShape() || !xt.getElementType().isF32())
+      return failure();
+    SmallVector<int64_t> r = op.getStaticLoopRanges();
+    int64_t N = r[0], G = r[1], OC = r[2], OH = r[3], OW = r[4], C = r[5],
+            KH = r[6], KW = r[7];
+    if (G != 1)
+      return failure();
+    int64_t K = C * KH * KW, P = OH * OW;
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    MLIRContext *ctx = op.getContext();
+    Value colT = emitIm2Col(b, loc, op, x, r, *hw, *ww, /*batchOuter=*/false);
+    // dyT[oc, n, oh, ow] = dy[n, 0, oc, oh, ow].
+    Value dyT = memref::AllocOp::create(
+        b, loc, MemRefType::get({OC, N, P}, b.getF32Type()),
+        b.getI64IntegerAttr(64));
+    Value dyT4 = memref::ExpandShapeOp::create(
+        b, loc, SmallVector<int64_t>{OC, N, OH, OW}, dyT,
+        SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+    AffineMap readDy =
+        AffineMap::get(4, 0,
+                       {getAffineDimExpr(1, ctx), getAffineConstantExpr(0, ctx),
+                        getAffineDimExpr(0, ctx), getAffineDimExpr(2, ctx),
+                        getAffineDimExpr(3, ctx)},
+                       ctx);
+    auto transpose = linalg::GenericOp::create(
+        b, loc, ValueRange{dy}, ValueRange{dyT4},
+        ArrayRef<AffineMap>{readDy, b.getMultiDimIdentityMap(4)},
+        SmallVector<utils::IteratorType>(4, utils::IteratorType::parallel),
+        [](OpBuilder &nb, Location l, ValueRange args) {
+          linalg::YieldOp::create(nb, l, args[0]);
+        });
+    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+      if (Attribute v = op->getAttr(attr))
+        transpose->setAttr(attr, v);
+    Value dwMat = memref::CollapseShapeOp::create(
+        b, loc, dw, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
+    emitGemmCall(op, 1, OC, K, N * P, 0, 1, dyT, colT, dwMat, OC * N * P,
+                 K * N * P, OC * K);
+    b.setInsertionPoint(op);
+    memref::DeallocOp::create(b, loc, colT);
+    memref::DeallocOp::create(b, loc, dyT);
+    op->erase();
+    return success();
+  }
+
   /// Matches the importer's forward convolution (loops n, g, oc, oh, ow |
   /// ic, kh, kw):  y[n,g,oc,oh,ow] += x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] *
   /// w[g,oc,ic,kh,kw], with one group and dense buffers.
-  LogicalResult rewrite(linalg::GenericOp op) {
+  LogicalResult rewriteForward(linalg::GenericOp op) {
     auto iters = op.getIteratorTypesArray();
     for (unsigned i = 0; i < 8; ++i)
       if ((iters[i] == utils::IteratorType::parallel) != (i < 5))
         return failure();
-    if (!isMulAdd(op))
-      return failure();
     SmallVector<AffineMap> maps = op.getIndexingMapsArray();
     auto dim = [&](AffineExpr e, unsigned d) {
       auto de = dyn_cast<AffineDimExpr>(e);
@@ -304,33 +435,7 @@ struct ConvToGemmPass
     int64_t K = C * KH * KW, P = OH * OW;
     OpBuilder b(op);
     Location loc = op.getLoc();
-    MLIRContext *ctx = op.getContext();
-    // col[n, (ic, kh, kw), (oh, ow)] = x[n, 0, ic, sh*oh + dh*kh, ...].
-    auto colType = MemRefType::get({N, K, P}, b.getF32Type());
-    Value col =
-        memref::AllocOp::create(b, loc, colType, b.getI64IntegerAttr(64));
-    Value col6 = memref::ExpandShapeOp::create(
-        b, loc, SmallVector<int64_t>{N, C, KH, KW, OH, OW}, col,
-        SmallVector<ReassociationIndices>{{0}, {1, 2, 3}, {4, 5}});
-    // Loops (n, ic, kh, kw, oh, ow).
-    AffineExpr n = getAffineDimExpr(0, ctx), ic = getAffineDimExpr(1, ctx),
-               kh = getAffineDimExpr(2, ctx), kw = getAffineDimExpr(3, ctx),
-               oh = getAffineDimExpr(4, ctx), ow = getAffineDimExpr(5, ctx);
-    AffineMap gather = AffineMap::get(6, 0,
-                                      {n, getAffineConstantExpr(0, ctx), ic,
-                                       oh * hw->first + kh * hw->second,
-                                       ow * ww->first + kw * ww->second},
-                                      ctx);
-    auto im2col = linalg::GenericOp::create(
-        b, loc, ValueRange{x}, ValueRange{col6},
-        ArrayRef<AffineMap>{gather, b.getMultiDimIdentityMap(6)},
-        SmallVector<utils::IteratorType>(6, utils::IteratorType::parallel),
-        [](OpBuilder &nb, Location l, ValueRange args) {
-          linalg::YieldOp::create(nb, l, args[0]);
-        });
-    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
-      if (Attribute v = op->getAttr(attr))
-        im2col->setAttr(attr, v);
+    Value col = emitIm2Col(b, loc, op, x, r, *hw, *ww, /*batchOuter=*/true);
     // y[n] (OC x P) += w (OC x K) * col[n] (K x P), w shared by the batch.
     Value wMat = memref::CollapseShapeOp::create(
         b, loc, w, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});

@@ -76,3 +76,37 @@ func.func @grouped(%x: memref<2x3x1x6x6xf32>, %w: memref<3x1x1x3x3xf32>, %y: mem
   }
   return
 }
+
+// -----
+
+// The weight gradient (n, oh, ow reduce): dw[0,oc,ic,kh,kw] += x[n,0,ic,
+// oh+kh,ow+kw] * dy[n,0,oc,oh,ow] becomes colT[27, 2, 16] (im2col with the
+// window index outermost), dyT[4, 2, 16] (transpose of dy) and one GEMM
+// over the 2*16 positions: dw (4 x 27) += dyT (4 x 32) * colT^T (32 x 27).
+// CHECK-LABEL: func.func @weight_grad(
+// CHECK: %[[COLT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<27x2x16xf32>
+// CHECK: memref.expand_shape %[[COLT]] {{\[\[}}0, 1, 2], [3], [4, 5]] output_shape [3, 3, 3, 2, 4, 4]
+// CHECK: %[[DYT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<4x2x16xf32>
+// CHECK: linalg.generic {{.*}} ins(%arg1 : memref<2x1x4x4x4xf32>) outs(%{{.*}} : memref<4x2x4x4xf32>)
+// CHECK-DAG: %[[ONE:.*]] = arith.constant 1 : i64
+// CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[N:.*]] = arith.constant 27 : i64
+// CHECK-DAG: %[[K:.*]] = arith.constant 32 : i64
+// CHECK-DAG: %[[NT:.*]] = arith.constant 0 : i32
+// CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
+// CHECK: call @ddpc_gemm_f32(%[[ONE]], %[[M]], %[[N]], %[[K]], %[[NT]], %[[T]],
+// CHECK: memref.dealloc %[[COLT]]
+// CHECK: memref.dealloc %[[DYT]]
+#xw = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
+#gw = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+#ww = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+func.func @weight_grad(%x: memref<2x1x3x6x6xf32>, %dy: memref<2x1x4x4x4xf32>, %dw: memref<1x4x3x3x3xf32>) {
+  linalg.generic {indexing_maps = [#xw, #gw, #ww], iterator_types = ["reduction", "parallel", "parallel", "reduction", "reduction", "parallel", "parallel", "parallel"]}
+      ins(%x, %dy : memref<2x1x3x6x6xf32>, memref<2x1x4x4x4xf32>) outs(%dw : memref<1x4x3x3x3xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -80,7 +80,10 @@ std::unique_ptr<mlir::Pass> createGemmToLibraryCallPass();
 ///   col[n, (ic,kh,kw), (oh,ow)]   (float32, N x C*KH*KW x OH*OW)
 /// and one batched GEMM call y[n] (OC x OH*OW) += w (OC x C*KH*KW) *
 /// col[n], with w shared by the batch (batch stride 0): the explicit-GEMM
-/// convolution of Chellapilla et al. 2006 / Caffe, on cuBLAS.
+/// convolution of Chellapilla et al. 2006 / Caffe, on cuBLAS. The weight
+/// gradient dw[0,oc,ic,kh,kw] += x[n,0,ic,...] * dy[n,0,oc,oh,ow] becomes
+/// colT[(ic,kh,kw), n, (oh,ow)], dyT[oc, n, (oh,ow)] (a transpose) and one
+/// GEMM dw (OC x C*KH*KW) += dyT (OC x N*OH*OW) * colT^T.
 std::unique_ptr<mlir::Pass> createConvToGemmPass();
 
 /// `ddpc-scatter-to-atomic` (func.func, bufferized IR). A linalg.generic
