@@ -266,6 +266,52 @@ struct ConvToGemmPass
       (void)rewrite(op);
   }
 
+  /// The operands, loop ranges and window strides/dilations of a
+  /// convolution generic in the importer's loop space (n, g, oc, oh, ow,
+  /// ic, kh, kw): the first input x[n, g, ic, sh*oh + dh*kh, sw*ow + dw*kw]
+  /// (static float32), the second input and the output dense float32 with
+  /// the given dims, loops parallel as given, one group.
+  struct ConvMatch {
+    Value x, second, out;
+    std::pair<int64_t, int64_t> hw, ww;
+    SmallVector<int64_t> ranges;
+  };
+  static std::optional<ConvMatch> matchConv(linalg::GenericOp op,
+                                            ArrayRef<bool> parallel,
+                                            ArrayRef<unsigned> secondDims,
+                                            ArrayRef<unsigned> outDims) {
+    auto iters = op.getIteratorTypesArray();
+    for (unsigned i = 0; i < 8; ++i)
+      if ((iters[i] == utils::IteratorType::parallel) != parallel[i])
+        return std::nullopt;
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    AffineMap xm = maps[0];
+    auto dim = [&](AffineExpr e, unsigned d) {
+      auto de = dyn_cast<AffineDimExpr>(e);
+      return de && de.getPosition() == d;
+    };
+    if (xm.getNumResults() != 5 || !resultsAre(maps[1], secondDims) ||
+        !resultsAre(maps[2], outDims) || !dim(xm.getResult(0), 0) ||
+        !dim(xm.getResult(1), 1) || !dim(xm.getResult(2), 5))
+      return std::nullopt;
+    auto hw = linearIn(xm.getResult(3), 8, 3, 6);
+    auto ww = linearIn(xm.getResult(4), 8, 4, 7);
+    ConvMatch m{op.getDpsInputOperand(0)->get(),
+                op.getDpsInputOperand(1)->get(),
+                op.getDpsInitOperand(0)->get(),
+                {},
+                {},
+                op.getStaticLoopRanges()};
+    auto xt = dyn_cast<MemRefType>(m.x.getType());
+    if (!hw || !ww || !denseF32(m.second) || !denseF32(m.out) || !xt ||
+        !xt.hasStaticShape() || !xt.getElementType().isF32() ||
+        m.ranges[1] != 1)
+      return std::nullopt;
+    m.hw = *hw;
+    m.ww = *ww;
+    return m;
+  }
+
   /// A copy kernel gathering the convolution windows of `x` (N x 1 x C x
   /// H x W, padded) into a new buffer: with `batchOuter`,
   ///   col[n, (ic,kh,kw), (oh,ow)]   (N x K x P, forward), else
@@ -330,41 +376,20 @@ struct ConvToGemmPass
   /// kernel) it is one GEMM over the N*P positions:
   ///   dw (OC x K) += dyT (OC x N*P) * colT^T (N*P x K).
   LogicalResult rewriteWeightGradient(linalg::GenericOp op) {
-    auto iters = op.getIteratorTypesArray();
-    const bool parallel[8] = {false, true, true, false,
-                              false, true, true, true};
-    for (unsigned i = 0; i < 8; ++i)
-      if ((iters[i] == utils::IteratorType::parallel) != parallel[i])
-        return failure();
-    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-    AffineMap xm = maps[0], gm = maps[1], wm = maps[2];
-    auto dim = [&](AffineExpr e, unsigned d) {
-      auto de = dyn_cast<AffineDimExpr>(e);
-      return de && de.getPosition() == d;
-    };
-    if (xm.getNumResults() != 5 || !resultsAre(gm, {0, 1, 2, 3, 4}) ||
-        !resultsAre(wm, {1, 2, 5, 6, 7}) || !dim(xm.getResult(0), 0) ||
-        !dim(xm.getResult(1), 1) || !dim(xm.getResult(2), 5))
+    auto m = matchConv(op, {false, true, true, false, false, true, true, true},
+                       {0, 1, 2, 3, 4}, {1, 2, 5, 6, 7});
+    if (!m)
       return failure();
-    auto hw = linearIn(xm.getResult(3), 8, 3, 6);
-    auto ww = linearIn(xm.getResult(4), 8, 4, 7);
-    Value x = op.getDpsInputOperand(0)->get();
-    Value dy = op.getDpsInputOperand(1)->get();
-    Value dw = op.getDpsInitOperand(0)->get();
-    auto xt = dyn_cast<MemRefType>(x.getType());
-    if (!hw || !ww || !denseF32(dy) || !denseF32(dw) || !xt ||
-        !xt.hasStaticShape() || !xt.getElementType().isF32())
-      return failure();
-    SmallVector<int64_t> r = op.getStaticLoopRanges();
-    int64_t N = r[0], G = r[1], OC = r[2], OH = r[3], OW = r[4], C = r[5],
-            KH = r[6], KW = r[7];
-    if (G != 1)
-      return failure();
+    Value x = m->x, dy = m->second, dw = m->out;
+    ArrayRef<int64_t> r = m->ranges;
+    int64_t N = r[0], OC = r[2], OH = r[3], OW = r[4], C = r[5], KH = r[6],
+            KW = r[7];
     int64_t K = C * KH * KW, P = OH * OW;
     OpBuilder b(op);
     Location loc = op.getLoc();
     MLIRContext *ctx = op.getContext();
-    Value colT = emitIm2Col(b, loc, op, x, r, *hw, *ww, /*batchOuter=*/false);
+    Value colT =
+        emitIm2Col(b, loc, op, x, r, m->hw, m->ww, /*batchOuter=*/false);
     // dyT[oc, n, oh, ow] = dy[n, 0, oc, oh, ow].
     Value dyT = memref::AllocOp::create(
         b, loc, MemRefType::get({OC, N, P}, b.getF32Type()),
@@ -403,39 +428,18 @@ struct ConvToGemmPass
   /// ic, kh, kw):  y[n,g,oc,oh,ow] += x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] *
   /// w[g,oc,ic,kh,kw], with one group and dense buffers.
   LogicalResult rewriteForward(linalg::GenericOp op) {
-    auto iters = op.getIteratorTypesArray();
-    for (unsigned i = 0; i < 8; ++i)
-      if ((iters[i] == utils::IteratorType::parallel) != (i < 5))
-        return failure();
-    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-    auto dim = [&](AffineExpr e, unsigned d) {
-      auto de = dyn_cast<AffineDimExpr>(e);
-      return de && de.getPosition() == d;
-    };
-    AffineMap xm = maps[0], wm = maps[1], ym = maps[2];
-    if (xm.getNumResults() != 5 || wm.getNumResults() != 5 ||
-        !resultsAre(wm, {1, 2, 5, 6, 7}) || !resultsAre(ym, {0, 1, 2, 3, 4}) ||
-        !dim(xm.getResult(0), 0) || !dim(xm.getResult(1), 1) ||
-        !dim(xm.getResult(2), 5))
+    auto m = matchConv(op, {true, true, true, true, true, false, false, false},
+                       {1, 2, 5, 6, 7}, {0, 1, 2, 3, 4});
+    if (!m)
       return failure();
-    auto hw = linearIn(xm.getResult(3), 8, 3, 6);
-    auto ww = linearIn(xm.getResult(4), 8, 4, 7);
-    Value x = op.getDpsInputOperand(0)->get();
-    Value w = op.getDpsInputOperand(1)->get();
-    Value y = op.getDpsInitOperand(0)->get();
-    auto xt = dyn_cast<MemRefType>(x.getType());
-    if (!hw || !ww || !denseF32(w) || !denseF32(y) || !xt ||
-        !xt.hasStaticShape() || !xt.getElementType().isF32())
-      return failure();
-    SmallVector<int64_t> r = op.getStaticLoopRanges();
-    int64_t N = r[0], G = r[1], OC = r[2], OH = r[3], OW = r[4], C = r[5],
-            KH = r[6], KW = r[7];
-    if (G != 1)
-      return failure();
+    Value x = m->x, w = m->second, y = m->out;
+    ArrayRef<int64_t> r = m->ranges;
+    int64_t N = r[0], OC = r[2], OH = r[3], OW = r[4], C = r[5], KH = r[6],
+            KW = r[7];
     int64_t K = C * KH * KW, P = OH * OW;
     OpBuilder b(op);
     Location loc = op.getLoc();
-    Value col = emitIm2Col(b, loc, op, x, r, *hw, *ww, /*batchOuter=*/true);
+    Value col = emitIm2Col(b, loc, op, x, r, m->hw, m->ww, /*batchOuter=*/true);
     // y[n] (OC x P) += w (OC x K) * col[n] (K x P), w shared by the batch.
     Value wMat = memref::CollapseShapeOp::create(
         b, loc, w, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
