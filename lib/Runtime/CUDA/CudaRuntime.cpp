@@ -577,30 +577,35 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
   ColumnMajorGemm g = toColumnMajor(batch, m, n, k, transA, transB, a, b, c,
                                     strideA, strideB, strideC);
   auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
-  std::string shape = " (batch " + std::to_string(batch) + ", m " +
-                      std::to_string(m) + ", n " + std::to_string(n) + ", k " +
-                      std::to_string(k) + ", transA " + std::to_string(transA) +
-                      ", transB " + std::to_string(transB) + ")";
-  checkCompleted("the kernels before the GEMM" + shape);
+  // Built only for messages: this runs for every GEMM of every step.
+  auto shape = [&] {
+    return " (batch " + std::to_string(batch) + ", m " + std::to_string(m) +
+           ", n " + std::to_string(n) + ", k " + std::to_string(k) +
+           ", transA " + std::to_string(transA) + ", transB " +
+           std::to_string(transB) + ")";
+  };
+  if (syncCheck())
+    checkCompleted("the kernels before the GEMM" + shape());
   size_t token = 0;
   if (Profiler::enabled())
     token = Profiler::get().begin(
         "cublasSgemmStridedBatched " + std::to_string(batch) + "x" +
         std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
         (transA ? " tA" : "") + (transB ? " tB" : ""));
-  checkBlas(
-      cublasSgemmStridedBatched(
-          gBlas, op(g.transFirst), op(g.transSecond), static_cast<int>(g.rows),
-          static_cast<int>(g.cols), static_cast<int>(g.inner), &one, g.first,
-          static_cast<int>(g.ldFirst), g.strideFirst, g.second,
-          static_cast<int>(g.ldSecond), g.strideSecond, &one, g.out,
-          static_cast<int>(g.ldOut), g.strideOut, static_cast<int>(g.batch)),
-      "cublasSgemmStridedBatched",
-      shape + "; if an earlier kernel failed, rerun with "
-              "DDPC_CUDA_SYNC_CHECK=1 to name it");
+  cublasStatus_t status = cublasSgemmStridedBatched(
+      gBlas, op(g.transFirst), op(g.transSecond), static_cast<int>(g.rows),
+      static_cast<int>(g.cols), static_cast<int>(g.inner), &one, g.first,
+      static_cast<int>(g.ldFirst), g.strideFirst, g.second,
+      static_cast<int>(g.ldSecond), g.strideSecond, &one, g.out,
+      static_cast<int>(g.ldOut), g.strideOut, static_cast<int>(g.batch));
+  if (status != CUBLAS_STATUS_SUCCESS)
+    checkBlas(status, "cublasSgemmStridedBatched",
+              shape() + "; if an earlier kernel failed, rerun with "
+                        "DDPC_CUDA_SYNC_CHECK=1 to name it");
   if (Profiler::enabled())
     Profiler::get().end(token);
-  checkCompleted("cublasSgemmStridedBatched" + shape);
+  if (syncCheck())
+    checkCompleted("cublasSgemmStridedBatched" + shape());
 }
 
 } // extern "C"
