@@ -84,20 +84,29 @@ std::string printOp(Operation *op) {
   return s;
 }
 
-/// Writes the IR after every pass into DIR/NN_<pass-argument>.mlir.
+/// Writes the IR after every pass into DIR/NNNN_<pass-argument>.mlir, or
+/// DIR/NNNN_<pass-argument>.<symbol>.mlir for a pass nested on a symbol
+/// (a func.func pass runs once per function). Four digits keep the files in
+/// pipeline order when listed by name.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
   DumpIRInstrumentation(std::string dir, int *counter)
       : dir(std::move(dir)), counter(*counter) {}
   void runAfterPass(Pass *pass, Operation *op) override {
-    // Nested (func.func) passes are dumped as the whole module.
+    std::string suffix;
+    if (op->getParentOp())
+      if (auto sym =
+              op->getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()))
+        suffix = "." + sym.str();
+    // Nested passes are dumped as the whole module.
     while (op->getParentOp())
       op = op->getParentOp();
     StringRef arg = pass->getArgument();
     std::string name = arg.empty() ? pass->getName().str() : arg.str();
     SmallString<256> path(dir);
     llvm::sys::path::append(
-        path, llvm::formatv("{0:d2}_{1}.mlir", counter++, name).str());
+        path,
+        llvm::formatv("{0:d4}_{1}{2}.mlir", counter++, name, suffix).str());
     std::string err;
     (void)writeFileAtomic(std::string(path), printOp(op), err);
   }
@@ -653,7 +662,7 @@ int compile(const CompileOptions &options, std::string &error,
       return kCompileError;
     }
     SmallString<256> p(options.dumpIRDir);
-    llvm::sys::path::append(p, "00_import.mlir");
+    llvm::sys::path::append(p, "0000_import.mlir");
     if (!writeFileAtomic(std::string(p), printOp(*module), error))
       return kCompileError;
   }

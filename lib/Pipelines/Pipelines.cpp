@@ -39,7 +39,8 @@ void buildGraphOptimizationPipeline(OpPassManager &pm,
 }
 
 void buildBufferizationPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
-  addPipeline(pm, "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
+  addPipeline(pm, "func.func(ddpc-clone-shared-fills),"
+                  "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
                   "one-shot-bufferize{bufferize-function-boundaries "
                   "function-boundary-type-conversion=identity-layout-map},"
                   "func.func(canonicalize),"
@@ -61,15 +62,14 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 }
 
 void buildGPULoopPipeline(OpPassManager &pm) {
-  addPipeline(
-      pm, "func.func(ddpc-plan-arena,"
-          "ddpc-conv-to-gemm,ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
-          "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
-          "ddpc-split-reductions,"
-          "convert-linalg-to-parallel-loops,"
-          "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
-          "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
-          "no-min-max-bounds})");
+  addPipeline(pm, "func.func(ddpc-conv-to-gemm,ddpc-plan-arena,"
+                  "ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
+                  "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
+                  "ddpc-split-reductions,"
+                  "convert-linalg-to-parallel-loops,"
+                  "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
+                  "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
+                  "no-min-max-bounds})");
 }
 
 void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {

@@ -15,10 +15,11 @@ extern "C" {
 
 void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                    int32_t transA, int32_t transB, int64_t a, int64_t b,
-                   int64_t c, int64_t strideA, int64_t strideB,
-                   int64_t strideC) {
-  ddpc::runtime::referenceGemm(ddpc::runtime::toColumnMajor(
-      batch, m, n, k, transA, transB, a, b, c, strideA, strideB, strideC));
+                   int64_t c, int64_t strideA, int64_t strideB, int64_t strideC,
+                   int32_t accumulate) {
+  ddpc::runtime::referenceGemm(
+      ddpc::runtime::toColumnMajor(batch, m, n, k, transA, transB, a, b, c,
+                                   strideA, strideB, strideC, accumulate));
 }
 
 void ddpc_gpu_host_sync() {}

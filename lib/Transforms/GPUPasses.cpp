@@ -71,13 +71,95 @@ bool resultsAre(AffineMap map, ArrayRef<unsigned> dims) {
   return true;
 }
 
+/// `v` with memref.collapse_shape/expand_shape ops looked through: the
+/// buffer `v` is a reshape of (same elements, same order).
+Value reshapeSource(Value v) {
+  while (true) {
+    if (auto c = v.getDefiningOp<memref::CollapseShapeOp>())
+      v = c.getSrc();
+    else if (auto e = v.getDefiningOp<memref::ExpandShapeOp>())
+      v = e.getSrc();
+    else
+      return v;
+  }
+}
+
+/// Whether buffers `x` and `y` may share memory. Distinct allocations do
+/// not; views of one allocation (ddpc-plan-arena's memref.view at constant
+/// byte offsets) do only when their byte ranges overlap; function arguments
+/// may alias each other (conservatively) but not allocations.
+bool mayAlias(Value x, Value y) {
+  struct Ref {
+    Value root;
+    std::optional<std::pair<int64_t, int64_t>> bytes;
+  };
+  auto refOf = [](Value v) {
+    Ref r;
+    v = reshapeSource(v);
+    if (auto view = v.getDefiningOp<memref::ViewOp>()) {
+      MemRefType t = view.getType();
+      std::optional<int64_t> offset = getConstantIntValue(view.getByteShift());
+      Type elem = t.getElementType();
+      unsigned bits = elem.isIntOrFloat() ? elem.getIntOrFloatBitWidth() : 0;
+      if (offset && t.hasStaticShape() && bits && bits % 8 == 0)
+        r.bytes =
+            std::make_pair(*offset, *offset + t.getNumElements() * (bits / 8));
+      v = view.getSource();
+    }
+    while (auto viewLike = v.getDefiningOp<ViewLikeOpInterface>()) {
+      v = viewLike.getViewSource();
+      r.bytes.reset();
+    }
+    r.root = v;
+    return r;
+  };
+  Ref a = refOf(x), b = refOf(y);
+  if (a.root != b.root)
+    return !a.root.getDefiningOp<memref::AllocOp>() &&
+           !b.root.getDefiningOp<memref::AllocOp>();
+  if (a.bytes && b.bytes)
+    return a.bytes->first < b.bytes->second && b.bytes->first < a.bytes->second;
+  return true;
+}
+
+/// Looks backwards from `at` (a GEMM about to write all of `c`) for the
+/// `linalg.fill` of zero that initializes `c` (or the buffer `c` reshapes),
+/// over ops that cannot touch `c`'s memory. When found it is erased and
+/// true returned: the GEMM then overwrites `c` (BLAS beta = 0) instead of
+/// accumulating into zeros written by a separate kernel.
+bool eraseZeroFillOf(Operation *at, Value c) {
+  Value target = reshapeSource(c);
+  for (Operation *op = at->getPrevNode(); op; op = op->getPrevNode()) {
+    if (auto fill = dyn_cast<linalg::FillOp>(op)) {
+      if (fill.hasPureBufferSemantics() &&
+          reshapeSource(fill.getDpsInitOperand(0)->get()) == target) {
+        if (!matchPattern(fill.getInputs()[0], m_AnyZeroFloat()))
+          return false;
+        fill->erase();
+        return true;
+      }
+    }
+    if (isMemoryEffectFree(op))
+      continue;
+    // Calls take pointers as integers; region ops other than linalg may
+    // access buffers their operands do not show.
+    if (isa<CallOpInterface>(op) ||
+        (op->getNumRegions() && !isa<linalg::LinalgOp>(op)))
+      return false;
+    for (Value v : op->getOperands())
+      if (isa<MemRefType>(v.getType()) && mayAlias(v, c))
+        return false;
+  }
+  return false;
+}
+
 /// Emits `ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C, strideA,
-/// strideB, strideC)` (Gemm.h) before `at`, labelled with `at`'s fusion
-/// group and ONNX nodes.
+/// strideB, strideC, accumulate)` (Gemm.h) before `at`, labelled with
+/// `at`'s fusion group and ONNX nodes.
 func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
                           int64_t k, int transA, int transB, Value a, Value bm,
                           Value c, int64_t strideA, int64_t strideB,
-                          int64_t strideC) {
+                          int64_t strideC, bool accumulate) {
   OpBuilder b(at);
   Location loc = at->getLoc();
   auto i64 = [&](int64_t v) {
@@ -91,8 +173,9 @@ func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
     return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx).getResult();
   };
   SmallVector<Value> args = {
-      i64(batch), i64(m),  i64(n), i64(k),       i32(transA),  i32(transB),
-      ptr(a),     ptr(bm), ptr(c), i64(strideA), i64(strideB), i64(strideC)};
+      i64(batch),   i64(m),       i64(n),         i64(k), i32(transA),
+      i32(transB),  ptr(a),       ptr(bm),        ptr(c), i64(strideA),
+      i64(strideB), i64(strideC), i32(accumulate)};
   auto module = at->getParentOfType<ModuleOp>();
   auto fn = getOrDeclare(module, kGemmFn,
                          b.getFunctionType(ValueRange(args).getTypes(), {}));
@@ -184,8 +267,10 @@ struct GemmToLibraryCallPass
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     int64_t batchSize = batch.empty() ? 1 : ranges[batch[0]];
     int64_t M = ranges[m], N = ranges[n], K = ranges[k];
+    // The contraction writes every element of c (dense, batch-major).
+    bool zeroed = eraseZeroFillOf(op, c);
     emitGemmCall(op, batchSize, M, N, K, transA, transB, a, bm, c, M * K, K * N,
-                 M * N);
+                 M * N, /*accumulate=*/!zeroed);
     op->erase();
     return success();
   }
@@ -268,48 +353,63 @@ struct ConvToGemmPass
 
   /// The operands, loop ranges and window strides/dilations of a
   /// convolution generic in the importer's loop space (n, g, oc, oh, ow,
-  /// ic, kh, kw): the first input x[n, g, ic, sh*oh + dh*kh, sw*ow + dw*kw]
-  /// (static float32), the second input and the output dense float32 with
-  /// the given dims, loops parallel as given, one group.
+  /// ic, kh, kw): operand `windowed` (x of the forward and weight gradient,
+  /// dx of the input gradient) is indexed [n, g, ic, sh*oh + dh*kh,
+  /// sw*ow + dw*kw] and static float32; the other two operands, in operand
+  /// order, are dense float32 with the given dims; loops are parallel as
+  /// given; one group. Sizes: K = C*KH*KW (window elements), P = OH*OW
+  /// (output positions).
   struct ConvMatch {
-    Value x, second, out;
+    Value windowed;
+    SmallVector<Value, 2> others;
     std::pair<int64_t, int64_t> hw, ww;
-    SmallVector<int64_t> ranges;
+    int64_t N, OC, OH, OW, C, KH, KW, K, P;
   };
-  static std::optional<ConvMatch> matchConv(linalg::GenericOp op,
-                                            ArrayRef<bool> parallel,
-                                            ArrayRef<unsigned> secondDims,
-                                            ArrayRef<unsigned> outDims) {
+  static std::optional<ConvMatch>
+  matchConv(linalg::GenericOp op, ArrayRef<bool> parallel, unsigned windowed,
+            ArrayRef<unsigned> firstDims, ArrayRef<unsigned> secondDims) {
     auto iters = op.getIteratorTypesArray();
     for (unsigned i = 0; i < 8; ++i)
       if ((iters[i] == utils::IteratorType::parallel) != parallel[i])
         return std::nullopt;
     SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-    AffineMap xm = maps[0];
+    AffineMap xm = maps[windowed];
     auto dim = [&](AffineExpr e, unsigned d) {
       auto de = dyn_cast<AffineDimExpr>(e);
       return de && de.getPosition() == d;
     };
-    if (xm.getNumResults() != 5 || !resultsAre(maps[1], secondDims) ||
-        !resultsAre(maps[2], outDims) || !dim(xm.getResult(0), 0) ||
+    if (xm.getNumResults() != 5 || !dim(xm.getResult(0), 0) ||
         !dim(xm.getResult(1), 1) || !dim(xm.getResult(2), 5))
       return std::nullopt;
+    ConvMatch m;
+    m.windowed = op->getOperand(windowed);
+    for (unsigned i = 0; i < 3; ++i) {
+      if (i == windowed)
+        continue;
+      ArrayRef<unsigned> dims = m.others.empty() ? firstDims : secondDims;
+      if (!resultsAre(maps[i], dims) || !denseF32(op->getOperand(i)))
+        return std::nullopt;
+      m.others.push_back(op->getOperand(i));
+    }
     auto hw = linearIn(xm.getResult(3), 8, 3, 6);
     auto ww = linearIn(xm.getResult(4), 8, 4, 7);
-    ConvMatch m{op.getDpsInputOperand(0)->get(),
-                op.getDpsInputOperand(1)->get(),
-                op.getDpsInitOperand(0)->get(),
-                {},
-                {},
-                op.getStaticLoopRanges()};
-    auto xt = dyn_cast<MemRefType>(m.x.getType());
-    if (!hw || !ww || !denseF32(m.second) || !denseF32(m.out) || !xt ||
-        !xt.hasStaticShape() || !xt.getElementType().isF32() ||
-        m.ranges[1] != 1)
+    SmallVector<int64_t> r = op.getStaticLoopRanges();
+    auto xt = dyn_cast<MemRefType>(m.windowed.getType());
+    if (!hw || !ww || !xt || !xt.hasStaticShape() ||
+        !xt.getElementType().isF32() || r[1] != 1)
       return std::nullopt;
     m.hw = *hw;
     m.ww = *ww;
+    m.N = r[0], m.OC = r[2], m.OH = r[3], m.OW = r[4];
+    m.C = r[5], m.KH = r[6], m.KW = r[7];
+    m.K = m.C * m.KH * m.KW, m.P = m.OH * m.OW;
     return m;
+  }
+
+  static Value allocF32(OpBuilder &b, Location loc, ArrayRef<int64_t> shape) {
+    return memref::AllocOp::create(b, loc,
+                                   MemRefType::get(shape, b.getF32Type()),
+                                   b.getI64IntegerAttr(64));
   }
 
   /// A copy kernel gathering the convolution windows of `x` (N x 1 x C x
@@ -318,17 +418,14 @@ struct ConvToGemmPass
   ///   col[(ic,kh,kw), n, (oh,ow)]   (K x N x P, weight gradient),
   /// holding x[n, 0, ic, sh*oh + dh*kh, sw*ow + dw*kw].
   static Value emitIm2Col(OpBuilder &b, Location loc, Operation *labels,
-                          Value x, ArrayRef<int64_t> r,
-                          std::pair<int64_t, int64_t> hw,
-                          std::pair<int64_t, int64_t> ww, bool batchOuter) {
+                          Value x, const ConvMatch &m, bool batchOuter) {
     MLIRContext *ctx = b.getContext();
-    int64_t N = r[0], OH = r[3], OW = r[4], C = r[5], KH = r[6], KW = r[7];
-    int64_t K = C * KH * KW, P = OH * OW;
-    SmallVector<int64_t> shape = batchOuter ? SmallVector<int64_t>{N, K, P}
-                                            : SmallVector<int64_t>{K, N, P};
-    Value col =
-        memref::AllocOp::create(b, loc, MemRefType::get(shape, b.getF32Type()),
-                                b.getI64IntegerAttr(64));
+    int64_t N = m.N, OH = m.OH, OW = m.OW, C = m.C, KH = m.KH, KW = m.KW,
+            K = m.K, P = m.P;
+    std::pair<int64_t, int64_t> hw = m.hw, ww = m.ww;
+    Value col = allocF32(b, loc,
+                         batchOuter ? SmallVector<int64_t>{N, K, P}
+                                    : SmallVector<int64_t>{K, N, P});
     Value col6 =
         batchOuter
             ? memref::ExpandShapeOp::create(
@@ -355,18 +452,86 @@ struct ConvToGemmPass
         [](OpBuilder &nb, Location l, ValueRange args) {
           linalg::YieldOp::create(nb, l, args[0]);
         });
-    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
-      if (Attribute v = labels->getAttr(attr))
-        im2col->setAttr(attr, v);
+    copyLabels(labels, im2col);
     return col;
+  }
+
+  static void copyLabels(Operation *from, Operation *to) {
+    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+      if (Attribute v = from->getAttr(attr))
+        to->setAttr(attr, v);
   }
 
   LogicalResult rewrite(linalg::GenericOp op) {
     if (!isMulAdd(op))
       return failure();
-    if (succeeded(rewriteForward(op)))
+    if (succeeded(rewriteForward(op)) || succeeded(rewriteWeightGradient(op)))
       return success();
-    return rewriteWeightGradient(op);
+    return rewriteInputGradient(op);
+  }
+
+  /// Matches the importer's input gradient of a convolution (all loops
+  /// reduce): dx[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] += w[g,oc,ic,kh,kw] *
+  /// dy[n,g,oc,oh,ow] (inputs in either order), one group. It becomes one
+  /// batched GEMM that overwrites a temporary (beta = 0),
+  ///   dcol[n] (K x P) = w^T (K x OC) * dy[n] (OC x P), w shared,
+  /// and col2im, dx[n,0,ic,sh*oh+dh*kh,sw*ow+dw*kw] += dcol[n,(ic,kh,kw),
+  /// (oh,ow)]: a scatter generic that ddpc-scatter-to-atomic turns into one
+  /// atomic add per dcol element (KH*KW adds per dx element at most) instead
+  /// of OC adds per term.
+  LogicalResult rewriteInputGradient(linalg::GenericOp op) {
+    SmallVector<bool> reduce(8, false);
+    SmallVector<unsigned> wDims{1, 2, 5, 6, 7}, dyDims{0, 1, 2, 3, 4};
+    Value w, dy;
+    auto m = matchConv(op, reduce, /*windowed=*/2, wDims, dyDims);
+    if (m) {
+      w = m->others[0];
+      dy = m->others[1];
+    } else if ((m = matchConv(op, reduce, 2, dyDims, wDims))) {
+      dy = m->others[0];
+      w = m->others[1];
+    } else {
+      return failure();
+    }
+    Value dx = m->windowed;
+    int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
+            KW = m->KW, K = m->K, P = m->P;
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    MLIRContext *ctx = op.getContext();
+    Value dcol = allocF32(b, loc, {N, K, P});
+    Value wMat = memref::CollapseShapeOp::create(
+        b, loc, w, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
+    Value dyMat = memref::CollapseShapeOp::create(
+        b, loc, dy, SmallVector<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
+    emitGemmCall(op, N, K, P, OC, /*transA=*/1, /*transB=*/0, wMat, dyMat, dcol,
+                 0, OC * P, K * P, /*accumulate=*/false);
+    // col2im over loops (n, ic, kh, kw, oh, ow).
+    b.setInsertionPoint(op);
+    Value dcol6 = memref::ExpandShapeOp::create(
+        b, loc, SmallVector<int64_t>{N, C, KH, KW, OH, OW}, dcol,
+        SmallVector<ReassociationIndices>{{0}, {1, 2, 3}, {4, 5}});
+    AffineExpr n = getAffineDimExpr(0, ctx), ic = getAffineDimExpr(1, ctx),
+               kh = getAffineDimExpr(2, ctx), kw = getAffineDimExpr(3, ctx),
+               oh = getAffineDimExpr(4, ctx), ow = getAffineDimExpr(5, ctx);
+    AffineMap scatter = AffineMap::get(6, 0,
+                                       {n, getAffineConstantExpr(0, ctx), ic,
+                                        oh * m->hw.first + kh * m->hw.second,
+                                        ow * m->ww.first + kw * m->ww.second},
+                                       ctx);
+    auto col2im = linalg::GenericOp::create(
+        b, loc, ValueRange{dcol6}, ValueRange{dx},
+        ArrayRef<AffineMap>{b.getMultiDimIdentityMap(6), scatter},
+        SmallVector<utils::IteratorType>(6, utils::IteratorType::reduction),
+        [](OpBuilder &nb, Location l, ValueRange args) {
+          linalg::YieldOp::create(
+              nb, l,
+              arith::AddFOp::create(nb, l, args[1], args[0]).getResult());
+        });
+    copyLabels(op, col2im);
+    memref::DeallocOp::create(b, loc, dcol);
+    op->erase();
+    return success();
   }
 
   /// Matches the importer's weight gradient of a convolution (same loops
@@ -377,23 +542,18 @@ struct ConvToGemmPass
   ///   dw (OC x K) += dyT (OC x N*P) * colT^T (N*P x K).
   LogicalResult rewriteWeightGradient(linalg::GenericOp op) {
     auto m = matchConv(op, {false, true, true, false, false, true, true, true},
-                       {0, 1, 2, 3, 4}, {1, 2, 5, 6, 7});
+                       /*windowed=*/0, {0, 1, 2, 3, 4}, {1, 2, 5, 6, 7});
     if (!m)
       return failure();
-    Value x = m->x, dy = m->second, dw = m->out;
-    ArrayRef<int64_t> r = m->ranges;
-    int64_t N = r[0], OC = r[2], OH = r[3], OW = r[4], C = r[5], KH = r[6],
-            KW = r[7];
-    int64_t K = C * KH * KW, P = OH * OW;
+    Value x = m->windowed, dy = m->others[0], dw = m->others[1];
+    int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
+            KW = m->KW, K = m->K, P = m->P;
     OpBuilder b(op);
     Location loc = op.getLoc();
     MLIRContext *ctx = op.getContext();
-    Value colT =
-        emitIm2Col(b, loc, op, x, r, m->hw, m->ww, /*batchOuter=*/false);
+    Value colT = emitIm2Col(b, loc, op, x, *m, /*batchOuter=*/false);
     // dyT[oc, n, oh, ow] = dy[n, 0, oc, oh, ow].
-    Value dyT = memref::AllocOp::create(
-        b, loc, MemRefType::get({OC, N, P}, b.getF32Type()),
-        b.getI64IntegerAttr(64));
+    Value dyT = allocF32(b, loc, {OC, N, P});
     Value dyT4 = memref::ExpandShapeOp::create(
         b, loc, SmallVector<int64_t>{OC, N, OH, OW}, dyT,
         SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
@@ -410,13 +570,12 @@ struct ConvToGemmPass
         [](OpBuilder &nb, Location l, ValueRange args) {
           linalg::YieldOp::create(nb, l, args[0]);
         });
-    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
-      if (Attribute v = op->getAttr(attr))
-        transpose->setAttr(attr, v);
+    copyLabels(op, transpose);
     Value dwMat = memref::CollapseShapeOp::create(
         b, loc, dw, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
+    bool zeroed = eraseZeroFillOf(op, dw);
     emitGemmCall(op, 1, OC, K, N * P, 0, 1, dyT, colT, dwMat, OC * N * P,
-                 K * N * P, OC * K);
+                 K * N * P, OC * K, /*accumulate=*/!zeroed);
     b.setInsertionPoint(op);
     memref::DeallocOp::create(b, loc, colT);
     memref::DeallocOp::create(b, loc, dyT);
@@ -429,23 +588,23 @@ struct ConvToGemmPass
   /// w[g,oc,ic,kh,kw], with one group and dense buffers.
   LogicalResult rewriteForward(linalg::GenericOp op) {
     auto m = matchConv(op, {true, true, true, true, true, false, false, false},
-                       {1, 2, 5, 6, 7}, {0, 1, 2, 3, 4});
+                       /*windowed=*/0, {1, 2, 5, 6, 7}, {0, 1, 2, 3, 4});
     if (!m)
       return failure();
-    Value x = m->x, w = m->second, y = m->out;
-    ArrayRef<int64_t> r = m->ranges;
-    int64_t N = r[0], OC = r[2], OH = r[3], OW = r[4], C = r[5], KH = r[6],
-            KW = r[7];
-    int64_t K = C * KH * KW, P = OH * OW;
+    Value x = m->windowed, w = m->others[0], y = m->others[1];
+    int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
+            KW = m->KW, K = m->K, P = m->P;
+    bool zeroed = eraseZeroFillOf(op, y);
     OpBuilder b(op);
     Location loc = op.getLoc();
-    Value col = emitIm2Col(b, loc, op, x, r, m->hw, m->ww, /*batchOuter=*/true);
+    Value col = emitIm2Col(b, loc, op, x, *m, /*batchOuter=*/true);
     // y[n] (OC x P) += w (OC x K) * col[n] (K x P), w shared by the batch.
     Value wMat = memref::CollapseShapeOp::create(
         b, loc, w, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
     Value yMat = memref::CollapseShapeOp::create(
         b, loc, y, SmallVector<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
-    emitGemmCall(op, N, OC, P, K, 0, 0, wMat, col, yMat, 0, K * P, OC * P);
+    emitGemmCall(op, N, OC, P, K, 0, 0, wMat, col, yMat, 0, K * P, OC * P,
+                 /*accumulate=*/!zeroed);
     b.setInsertionPoint(op);
     memref::DeallocOp::create(b, loc, col);
     op->erase();
@@ -1037,6 +1196,7 @@ std::unique_ptr<Pass> createGPUHostSyncPass() {
 
 void registerTransformsPasses() {
   registerPass([] { return createFuseOpsPass(); });
+  registerPass([] { return createCloneSharedFillsPass(); });
   registerPass([] { return createGemmToLibraryCallPass(); });
   registerPass([] { return createConvToGemmPass(); });
   registerPass([] { return createScatterToAtomicPass(); });

@@ -144,7 +144,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "onnx_checker": True,  # the ONNX library's checker (IR <= 8, opset <= 17)
     "runtime_lib_dir": None,  # folder with libddpc_runtime.a
     "model_dir": None,  # folder external data is resolved against
-    "dump_ir": None,  # folder for NN_<pass>.mlir dumps (CLI: --dump-ir)
+    "dump_ir": None,  # folder for NNNN_<pass>.mlir dumps (CLI: --dump-ir)
     "verbose": False,  # progress lines on stderr
     "vjp": False,  # compile the vector-Jacobian product (CLI: --vjp)
 }

@@ -18,7 +18,7 @@
 // CHECK-DAG: %[[Z:.*]] = arith.constant 0 : i64
 // CHECK-DAG: %[[SB:.*]] = arith.constant 432 : i64
 // CHECK-DAG: %[[SC:.*]] = arith.constant 64 : i64
-// CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]])
+// CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]], %{{[^,]*}})
 // CHECK: memref.dealloc %[[COL]]
 // CHECK-NOT: reduction
 #x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
@@ -109,4 +109,93 @@ func.func @weight_grad(%x: memref<2x1x3x6x6xf32>, %dy: memref<2x1x4x4x4xf32>, %d
     linalg.yield %s : f32
   }
   return
+}
+
+// -----
+
+// The input gradient (all loops reduce): dx[n,0,ic,2*oh+kh,2*ow+kw] +=
+// w[0,oc,ic,kh,kw] * dy[n,0,oc,oh,ow] becomes one batched GEMM that
+// overwrites a temporary dcol[2, 27, 4] (no fill), dcol[n] (27 x 4) = w^T
+// (27 x 5) * dy[n] (5 x 4) (w stored OC x K, so transposed, batch stride
+// 0; dy and dcol strides 5*4 and 27*4), then col2im: a scatter-add of dcol into dx through the
+// window map, left for ddpc-scatter-to-atomic.
+// CHECK: #[[COL2IM:.*]] = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, 0, d1, d4 * 2 + d2, d5 * 2 + d3)>
+// CHECK-LABEL: func.func @input_grad(
+// CHECK: %[[DCOL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x4xf32>
+// CHECK-NOT: linalg.fill
+// CHECK: %[[WM:.*]] = memref.collapse_shape %arg0 {{\[\[}}0, 1], [2, 3, 4]] : memref<1x5x3x3x3xf32> into memref<5x27xf32>
+// CHECK: %[[DYM:.*]] = memref.collapse_shape %arg1 {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x5x2x2xf32> into memref<2x5x4xf32>
+// CHECK-DAG: %[[B:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[M:.*]] = arith.constant 27 : i64
+// CHECK-DAG: %[[N:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[K:.*]] = arith.constant 5 : i64
+// CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
+// CHECK-DAG: %[[NT:.*]] = arith.constant 0 : i32
+// CHECK-DAG: %[[Z:.*]] = arith.constant 0 : i64
+// CHECK-DAG: %[[SB:.*]] = arith.constant 20 : i64
+// CHECK-DAG: %[[SC:.*]] = arith.constant 108 : i64
+// The GEMM overwrites dcol (last argument 0: BLAS beta = 0, no fill).
+// CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %[[T]], %[[NT]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]], %c0_i32{{[_0-9]*}})
+// CHECK: %[[DCOL6:.*]] = memref.expand_shape %[[DCOL]] {{\[\[}}0], [1, 2, 3], [4, 5]] output_shape [2, 3, 3, 3, 2, 2]
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #[[COL2IM]]], iterator_types = ["reduction", "reduction", "reduction", "reduction", "reduction", "reduction"]} ins(%[[DCOL6]] : memref<2x3x3x3x2x2xf32>) outs(%arg2 : memref<2x1x3x5x5xf32>)
+// CHECK: arith.addf
+// CHECK: memref.dealloc %[[DCOL]]
+// CHECK-NOT: linalg.generic
+#wi = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#gi = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+#xi = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 * 2 + d6, d4 * 2 + d7)>
+func.func @input_grad(%w: memref<1x5x3x3x3xf32>, %dy: memref<2x1x5x2x2xf32>, %dx: memref<2x1x3x5x5xf32>) {
+  linalg.generic {indexing_maps = [#wi, #gi, #xi], iterator_types = ["reduction", "reduction", "reduction", "reduction", "reduction", "reduction", "reduction", "reduction"]}
+      ins(%w, %dy : memref<1x5x3x3x3xf32>, memref<2x1x5x2x2xf32>) outs(%dx : memref<2x1x3x5x5xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %b, %a : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// The same with the inputs in the other order (dy, w).
+// CHECK-LABEL: func.func @input_grad_swapped(
+// CHECK: memref.collapse_shape %arg1 {{\[\[}}0, 1], [2, 3, 4]] : memref<1x4x3x3x3xf32> into memref<4x27xf32>
+// CHECK: memref.collapse_shape %arg0 {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x4x4x4xf32> into memref<2x4x16xf32>
+// CHECK: call @ddpc_gemm_f32(
+#wj = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#gj = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+#xj = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
+func.func @input_grad_swapped(%dy: memref<2x1x4x4x4xf32>, %w: memref<1x4x3x3x3xf32>, %dx: memref<2x1x3x6x6xf32>) {
+  linalg.generic {indexing_maps = [#gj, #wj, #xj], iterator_types = ["reduction", "reduction", "reduction", "reduction", "reduction", "reduction", "reduction", "reduction"]}
+      ins(%dy, %w : memref<2x1x4x4x4xf32>, memref<1x4x3x3x3xf32>) outs(%dx : memref<2x1x3x6x6xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// A forward convolution whose output was zero-filled: the fill is absorbed
+// and the GEMM overwrites y (last argument 0).
+// CHECK-LABEL: func.func @conv_zero_filled(
+// CHECK-NOT: linalg.fill
+// CHECK: call @ddpc_gemm_f32({{.*}}, %c0_i32{{[_0-9]*}})
+#xz = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
+#wz = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#yz = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @conv_zero_filled(%x: memref<2x1x3x6x6xf32>, %w: memref<1x4x3x3x3xf32>) -> memref<2x1x4x4x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %y = memref.alloc() : memref<2x1x4x4x4xf32>
+  linalg.fill ins(%zero : f32) outs(%y : memref<2x1x4x4x4xf32>)
+  linalg.generic {indexing_maps = [#xz, #wz, #yz], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<2x1x3x6x6xf32>, memref<1x4x3x3x3xf32>) outs(%y : memref<2x1x4x4x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return %y : memref<2x1x4x4x4xf32>
 }

@@ -17,9 +17,11 @@
 // CHECK-DAG: %[[SA:.*]] = arith.constant 32 : i64
 // CHECK-DAG: %[[SB:.*]] = arith.constant 24 : i64
 // CHECK-DAG: %[[SC:.*]] = arith.constant 12 : i64
-// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SA]], %[[SB]], %[[SC]]) {{{.*}}ddpc.library = "cublas"}
+// The output is not known to be zero: the GEMM accumulates (last
+// argument 1, BLAS beta = 1).
+// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SA]], %[[SB]], %[[SC]], %c1_i32{{[_0-9]*}}) {{{.*}}ddpc.library = "cublas"}
 // CHECK-NOT: linalg.generic
-// CHECK: func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64)
+// CHECK: func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32)
 #a = affine_map<(m, n, k) -> (m, k)>
 #bt = affine_map<(m, n, k) -> (n, k)>
 #c = affine_map<(m, n, k) -> (m, n)>
@@ -139,5 +141,86 @@ func.func @scatter(%g: memref<6xf32>, %w: memref<3xf32>, %out: memref<8xf32>) {
 // CHECK-NOT: memref.copy
 func.func @copy(%a: memref<4x4xf32>, %b: memref<4x4xf32>) {
   memref.copy %a, %b : memref<4x4xf32> to memref<4x4xf32>
+  return
+}
+
+// -----
+
+// A zero fill of the GEMM's output (here through a reshape, with an
+// unrelated kernel in between) is absorbed: the fill is erased and the
+// GEMM overwrites (last argument 0, BLAS beta = 0).
+// CHECK-LABEL: func.func @zero_filled(
+// CHECK-NOT: linalg.fill
+// CHECK: linalg.generic
+// CHECK-NOT: linalg.fill
+// CHECK: call @ddpc_gemm_f32({{.*}}, %c0_i32{{[_0-9]*}})
+#za = affine_map<(m, n, k) -> (m, k)>
+#zb = affine_map<(m, n, k) -> (n, k)>
+#zc = affine_map<(m, n, k) -> (m, n)>
+#zid = affine_map<(d0) -> (d0)>
+func.func @zero_filled(%x: memref<4x8xf32>, %w: memref<3x8xf32>, %other: memref<5xf32>) -> memref<4x3xf32> {
+  %zero = arith.constant 0.0 : f32
+  %flat = memref.alloc() : memref<12xf32>
+  linalg.fill ins(%zero : f32) outs(%flat : memref<12xf32>)
+  linalg.generic {indexing_maps = [#zid], iterator_types = ["parallel"]} outs(%other : memref<5xf32>) {
+  ^bb0(%o: f32):
+    %n = arith.negf %o : f32
+    linalg.yield %n : f32
+  }
+  %y = memref.expand_shape %flat [[0, 1]] output_shape [4, 3] : memref<12xf32> into memref<4x3xf32>
+  linalg.generic {indexing_maps = [#za, #zb, #zc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<4x8xf32>, memref<3x8xf32>) outs(%y : memref<4x3xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  return %y : memref<4x3xf32>
+}
+
+// -----
+
+// Not absorbed: a kernel between the fill and the GEMM writes an
+// overlapping view of the same arena (bytes 32..48 of the output's 0..48),
+// and a fill of 1 is not a zero fill. Both GEMMs accumulate.
+// CHECK-LABEL: func.func @not_zero_filled(
+// CHECK: linalg.fill
+// CHECK: call @ddpc_gemm_f32({{.*}}, %c1_i32{{[_0-9]*}})
+// CHECK: linalg.fill
+// CHECK: call @ddpc_gemm_f32({{.*}}, %c1_i32{{[_0-9]*}})
+#na = affine_map<(m, n, k) -> (m, k)>
+#nb = affine_map<(m, n, k) -> (n, k)>
+#nc = affine_map<(m, n, k) -> (m, n)>
+#nid = affine_map<(d0) -> (d0)>
+func.func @not_zero_filled(%x: memref<4x8xf32>, %w: memref<3x8xf32>, %out: memref<4x3xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %c0 = arith.constant 0 : index
+  %c32 = arith.constant 32 : index
+  %arena = memref.alloc() : memref<64xi8>
+  %y = memref.view %arena[%c0][] : memref<64xi8> to memref<4x3xf32>
+  %tail = memref.view %arena[%c32][] : memref<64xi8> to memref<4xf32>
+  linalg.fill ins(%zero : f32) outs(%y : memref<4x3xf32>)
+  linalg.generic {indexing_maps = [#nid], iterator_types = ["parallel"]} outs(%tail : memref<4xf32>) {
+  ^bb0(%o: f32):
+    %n = arith.negf %o : f32
+    linalg.yield %n : f32
+  }
+  linalg.generic {indexing_maps = [#na, #nb, #nc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<4x8xf32>, memref<3x8xf32>) outs(%y : memref<4x3xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.fill ins(%one : f32) outs(%out : memref<4x3xf32>)
+  linalg.generic {indexing_maps = [#na, #nb, #nc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<4x8xf32>, memref<3x8xf32>) outs(%out : memref<4x3xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  memref.dealloc %arena : memref<64xi8>
   return
 }

@@ -81,7 +81,7 @@ def test_cpu_and_cuda_share_the_pipeline_up_to_bufferization(ddpc, tmp_path):
                             "--emit=lowered-mlir", "-o", str(tmp_path / f"{target}.mlir"),
                             "--dump-ir", str(d)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        fused = sorted(d.glob("*_ddpc-fuse-ops.mlir"))
+        fused = sorted(d.glob("*_ddpc-fuse-ops*.mlir"))
         assert fused, "no ddpc-fuse-ops dump"
         dumps[target] = fused[0].read_text()
     assert "ddpc.fusion_group" in dumps["cpu"]

@@ -96,7 +96,7 @@ static cl::opt<int64_t>
 static cl::opt<std::string>
     dumpIR("dump-ir",
            cl::desc("Write the IR after import and after every pass to "
-                    "DIR/NN_<pass>.mlir"),
+                    "DIR/NNNN_<pass>[.<function>].mlir"),
            cl::value_desc("DIR"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<bool> printAfterAll("mlir-print-ir-after-all",
                                    cl::desc("Print the IR after every pass "

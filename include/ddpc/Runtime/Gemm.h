@@ -5,12 +5,17 @@
 //                      int32_t transA, int32_t transB,
 //                      int64_t A, int64_t B, int64_t C,     // addresses
 //                      int64_t strideA, int64_t strideB,
-//                      int64_t strideC);                     // elements
+//                      int64_t strideC,                      // elements
+//                      int32_t accumulate);
 // computing, for every b < batch, on dense row-major float32 buffers,
-//   C[b] (m x n) += op(A[b]) (m x k) * op(B[b]) (k x n)
+//   C[b] (m x n) += op(A[b]) (m x k) * op(B[b]) (k x n)   (accumulate = 1)
+//   C[b] (m x n)  = op(A[b]) (m x k) * op(B[b]) (k x n)   (accumulate = 0;
+//                                     C's old contents are not read)
 // where X[b] starts strideX elements after X[b-1] (0: one matrix shared by
 // the whole batch, e.g. a convolution's weights), A[b] is stored m x k, or
-// k x m when transA, and B[b] is stored k x n, or n x k when transB. BLAS libraries (cuBLAS) are column-major: a
+// k x m when transA, and B[b] is stored k x n, or n x k when transB.
+// accumulate is BLAS's beta (alpha is 1). BLAS libraries (cuBLAS) are
+// column-major: a
 // row-major matrix is its transpose in column-major order, so C = A B is
 // computed as C^T = B^T A^T, with the operands swapped. toColumnMajor()
 // derives that call once, for both the CUDA runtime (cublasSgemmStrided-
@@ -28,10 +33,12 @@
 namespace ddpc {
 namespace runtime {
 
-/// One strided-batched column-major SGEMM with alpha = beta = 1:
-/// out[b] (rows x cols, leading dim ldOut) += op(first[b]) (rows x inner) *
-/// op(second[b]) (inner x cols), op = transpose when the flag is set.
+/// One strided-batched column-major SGEMM with alpha = 1, beta = 1 when
+/// `accumulate` (else 0): out[b] (rows x cols, leading dim ldOut) (+)=
+/// op(first[b]) (rows x inner) * op(second[b]) (inner x cols), op =
+/// transpose when the flag is set.
 struct ColumnMajorGemm {
+  bool accumulate;
   bool transFirst, transSecond;
   int64_t rows, cols, inner;
   const float *first;
@@ -47,8 +54,9 @@ inline ColumnMajorGemm toColumnMajor(int64_t batch, int64_t m, int64_t n,
                                      int64_t k, int32_t transA, int32_t transB,
                                      int64_t a, int64_t b, int64_t c,
                                      int64_t strideA, int64_t strideB,
-                                     int64_t strideC) {
+                                     int64_t strideC, int32_t accumulate) {
   ColumnMajorGemm g;
+  g.accumulate = accumulate != 0;
   // C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
   g.transFirst = transB != 0;
   g.rows = n;
@@ -87,7 +95,8 @@ inline void referenceGemm(const ColumnMajorGemm &g) {
               g.transSecond ? y[j + p * g.ldSecond] : y[p + j * g.ldSecond];
           sum += xv * yv;
         }
-        z[i + j * g.ldOut] += sum;
+        float &out = z[i + j * g.ldOut];
+        out = g.accumulate ? out + sum : sum;
       }
   }
 }

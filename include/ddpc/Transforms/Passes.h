@@ -6,6 +6,7 @@
 //
 // Target-independent (tensor level):
 //   ddpc-fuse-ops            operator fusion into kernel-sized groups
+//   ddpc-clone-shared-fills  one linalg.fill per destination use
 //
 // GPU lowering helpers (memref level, used by the CUDA pipeline only):
 //   ddpc-plan-arena             temporaries at compile-time arena offsets
@@ -49,6 +50,18 @@ namespace ddpc {
 /// which `--dump-ir` shows. The pass never fails.
 std::unique_ptr<mlir::Pass> createFuseOpsPass(unsigned maxRecomputeOps = 8);
 
+/// `ddpc-clone-shared-fills` (func.func, linalg on tensors; first pass of
+/// bufferization). CSE merges equal fills, so one zero tensor often
+/// initializes several accumulations (a forward GEMM and a VJP of the same
+/// shape). One-shot bufferization must then copy the filled buffer for all
+/// but one of them: a memref.copy (a copy kernel on the GPU) where a fill
+/// would do. This pass gives every destination (DPS init) use its own
+/// clone of the fill, and of the fill's tensor.empty, right before the
+/// user; the original keeps the remaining uses. A fill costs what a copy of
+/// its result costs minus the read, and a GEMM can absorb a zero fill of
+/// its output (ddpc-gemm-to-library-call, beta = 0).
+std::unique_ptr<mlir::Pass> createCloneSharedFillsPass();
+
 /// `ddpc-plan-arena` (func.func, bufferized IR; CUDA pipeline). Static
 /// memory planning: every statically shaped temporary buffer of the
 /// function's body (a memref.alloc with one memref.dealloc in the same
@@ -83,7 +96,11 @@ std::unique_ptr<mlir::Pass> createGemmToLibraryCallPass();
 /// convolution of Chellapilla et al. 2006 / Caffe, on cuBLAS. The weight
 /// gradient dw[0,oc,ic,kh,kw] += x[n,0,ic,...] * dy[n,0,oc,oh,ow] becomes
 /// colT[(ic,kh,kw), n, (oh,ow)], dyT[oc, n, (oh,ow)] (a transpose) and one
-/// GEMM dw (OC x C*KH*KW) += dyT (OC x N*OH*OW) * colT^T.
+/// GEMM dw (OC x C*KH*KW) += dyT (OC x N*OH*OW) * colT^T. The input
+/// gradient dx[n,0,ic,sh*oh+dh*kh,sw*ow+dw*kw] += w[0,oc,ic,kh,kw] *
+/// dy[n,0,oc,oh,ow] becomes one batched GEMM into a zeroed temporary,
+/// dcol[n] (C*KH*KW x OH*OW) = w^T * dy[n], and col2im: a scatter-add
+/// generic dx[...] += dcol[n,(ic,kh,kw),(oh,ow)] for ddpc-scatter-to-atomic.
 std::unique_ptr<mlir::Pass> createConvToGemmPass();
 
 /// `ddpc-scatter-to-atomic` (func.func, bufferized IR). A linalg.generic

@@ -570,12 +570,12 @@ void ddpc_gpu_host_sync() {
 /// See Gemm.h: the row-major product as cuBLAS's column-major call.
 void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                    int32_t transA, int32_t transB, int64_t a, int64_t b,
-                   int64_t c, int64_t strideA, int64_t strideB,
-                   int64_t strideC) {
+                   int64_t c, int64_t strideA, int64_t strideB, int64_t strideC,
+                   int32_t accumulate) {
   computeStream(); // Initializes cuBLAS.
-  const float one = 1.0f;
+  const float one = 1.0f, zero = 0.0f;
   ColumnMajorGemm g = toColumnMajor(batch, m, n, k, transA, transB, a, b, c,
-                                    strideA, strideB, strideC);
+                                    strideA, strideB, strideC, accumulate);
   auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
   // Built only for messages: this runs for every GEMM of every step.
   auto shape = [&] {
@@ -591,13 +591,14 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     token = Profiler::get().begin(
         "cublasSgemmStridedBatched " + std::to_string(batch) + "x" +
         std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
-        (transA ? " tA" : "") + (transB ? " tB" : ""));
+        (transA ? " tA" : "") + (transB ? " tB" : "") +
+        (accumulate ? "" : " beta0"));
   cublasStatus_t status = cublasSgemmStridedBatched(
       gBlas, op(g.transFirst), op(g.transSecond), static_cast<int>(g.rows),
       static_cast<int>(g.cols), static_cast<int>(g.inner), &one, g.first,
       static_cast<int>(g.ldFirst), g.strideFirst, g.second,
-      static_cast<int>(g.ldSecond), g.strideSecond, &one, g.out,
-      static_cast<int>(g.ldOut), g.strideOut, static_cast<int>(g.batch));
+      static_cast<int>(g.ldSecond), g.strideSecond, g.accumulate ? &one : &zero,
+      g.out, static_cast<int>(g.ldOut), g.strideOut, static_cast<int>(g.batch));
   if (status != CUBLAS_STATUS_SUCCESS)
     checkBlas(status, "cublasSgemmStridedBatched",
               shape() + "; if an earlier kernel failed, rerun with "
