@@ -453,7 +453,9 @@ std::string buildReport(ModuleOp module, StringRef modelName,
 
 /// Adds the CUDA target's plan to `reportJSON`, from the IR after stage
 /// "gpu-kernels": per step function the kernel launches, cuBLAS GEMM calls
-/// and arena bytes (ddpc-plan-arena), plus the architectures.
+/// (of which cuBLASLt GEMMs with a fused bias/ReLU epilogue; their fallback
+/// kernels are not counted) and arena bytes (ddpc-plan-arena), plus the
+/// architectures.
 void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
                    std::string &reportJSON) {
   auto parsed = llvm::json::parse(reportJSON);
@@ -465,42 +467,53 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
   llvm::json::Array functions;
   int64_t kernels = 0;
   module.walk([&](gpu::GPUFuncOp) { ++kernels; });
-  // Launches and GEMMs of one call of `f`, including those of the
-  // module's functions it calls (the gradient allreduce helpers), once per
-  // call site.
-  llvm::DenseMap<Operation *, std::pair<int64_t, int64_t>> counted;
-  std::function<std::pair<int64_t, int64_t>(func::FuncOp)> count =
-      [&](func::FuncOp f) -> std::pair<int64_t, int64_t> {
+  // Launches, GEMMs and fused-epilogue GEMMs of one call of `f`, including
+  // those of the module's functions it calls (the gradient allreduce
+  // helpers), once per call site.
+  struct Counts {
+    int64_t launches = 0, gemms = 0, epilogues = 0;
+  };
+  llvm::DenseMap<Operation *, Counts> counted;
+  std::function<Counts(func::FuncOp)> count = [&](func::FuncOp f) -> Counts {
     if (auto it = counted.find(f); it != counted.end())
       return it->second;
-    counted[f] = {0, 0}; // Recursion guard (the IR has no recursion).
-    int64_t launches = 0, gemms = 0;
-    f.walk([&](Operation *op) {
+    counted[f] = {}; // Recursion guard (the IR has no recursion).
+    Counts c;
+    // Fallbacks of fused GEMM epilogues run only when cuBLASLt declines.
+    f.walk<WalkOrder::PreOrder>([&](Operation *op) {
+      if (op->hasAttr("ddpc.epilogue_fallback"))
+        return WalkResult::skip();
       if (isa<gpu::LaunchFuncOp>(op)) {
-        ++launches;
+        ++c.launches;
       } else if (auto call = dyn_cast<func::CallOp>(op)) {
-        gemms += call.getCallee() == "ddpc_gemm_f32";
+        bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
+        c.gemms += epilogue || call.getCallee() == "ddpc_gemm_f32";
+        c.epilogues += epilogue;
         auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
         if (callee && !callee.isExternal()) {
-          auto [l, g] = count(callee);
-          launches += l;
-          gemms += g;
+          Counts inner = count(callee);
+          c.launches += inner.launches;
+          c.gemms += inner.gemms;
+          c.epilogues += inner.epilogues;
         }
       }
+      return WalkResult::advance();
     });
-    return counted[f] = {launches, gemms};
+    return counted[f] = c;
   };
   for (auto f : module.getOps<func::FuncOp>()) {
     if (f.isExternal() || !f.isPublic())
       continue;
-    auto [launches, gemms] = count(f);
+    Counts c = count(f);
     int64_t arena = 0;
     if (auto a = f->getAttrOfType<IntegerAttr>("ddpc.arena_bytes"))
       arena = a.getInt();
-    functions.push_back(llvm::json::Object{{"name", f.getName().str()},
-                                           {"kernel_launches", launches},
-                                           {"cublas_gemms", gemms},
-                                           {"arena_bytes", arena}});
+    functions.push_back(
+        llvm::json::Object{{"name", f.getName().str()},
+                           {"kernel_launches", c.launches},
+                           {"cublas_gemms", c.gemms},
+                           {"cublaslt_epilogue_gemms", c.epilogues},
+                           {"arena_bytes", arena}});
   }
   llvm::json::Array archList;
   for (const std::string &a : archs)

@@ -63,7 +63,8 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 
 void buildGPULoopPipeline(OpPassManager &pm) {
   addPipeline(pm, "func.func(ddpc-conv-to-gemm,ddpc-plan-arena,"
-                  "ddpc-gemm-to-library-call,ddpc-scatter-to-atomic,"
+                  "ddpc-gemm-to-library-call,ddpc-gemm-epilogues,"
+                  "ddpc-scatter-to-atomic,"
                   "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
                   "ddpc-split-reductions,"
                   "convert-linalg-to-parallel-loops,"
@@ -76,11 +77,13 @@ void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {
   buildGPULoopPipeline(pm);
   addPipeline(pm,
               "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
-              "gpu-kernel-outlining,ddpc-gpu-merge-modules,ddpc-gpu-host-sync,"
-              "lower-affine,convert-scf-to-cf,canonicalize,cse");
+              "gpu-kernel-outlining,ddpc-gpu-merge-modules,ddpc-gpu-host-sync");
 }
 
 void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
+  // Host control flow stays structured through the "gpu-kernels" stage, so
+  // the plan report can tell the epilogue fallbacks (scf.if) apart.
+  addPipeline(pm, "lower-affine,convert-scf-to-cf,canonicalize,cse");
   for (const std::string &chip : options.chips) {
     // The oldest PTX ISA that knows the chip: 8.0 (CUDA 12.0) up to
     // sm_90a, 8.6 (CUDA 12.8) for sm_100/101/103, 8.7 for sm_120 and newer.

@@ -2,9 +2,10 @@
 //
 // `ddpc compile --target cuda-emulate` runs the CUDA target's kernel-level
 // IR (buildGPULoopPipeline) serially on the CPU, to test that lowering
-// without a GPU. The IR then calls these two runtime functions: the GEMM
-// through the same column-major mapping the CUDA runtime hands to cuBLAS
-// (Gemm.h), and a no-op host synchronization (CPU code is synchronous).
+// without a GPU. The IR then calls these runtime functions: the GEMM (and
+// the GEMM with a bias/ReLU epilogue) through the same column-major mapping
+// the CUDA runtime hands to cuBLAS (Gemm.h), and a no-op host
+// synchronization (CPU code is synchronous).
 // Part of the CPU runtime archives; linked only when referenced.
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +21,19 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
   ddpc::runtime::referenceGemm(
       ddpc::runtime::toColumnMajor(batch, m, n, k, transA, transB, a, b, c,
                                    strideA, strideB, strideC, accumulate));
+}
+
+int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k, int32_t transA,
+                               int32_t transB, int64_t a, int64_t b, int64_t d,
+                               int64_t bias, int32_t act) {
+  if (!ddpc::runtime::gemmEpiloguesEnabled())
+    return 0;
+  ddpc::runtime::referenceGemm(ddpc::runtime::toColumnMajor(
+      1, m, n, k, transA, transB, a, b, d, 0, 0, 0, /*accumulate=*/0));
+  ddpc::runtime::referenceBiasActivation(reinterpret_cast<float *>(d),
+                                         reinterpret_cast<const float *>(bias),
+                                         m, n, act);
+  return 1;
 }
 
 void ddpc_gpu_host_sync() {}

@@ -35,8 +35,12 @@ namespace {
 /// Names of the runtime entry points that enqueue work on the compute
 /// stream (they need no host synchronization before them).
 constexpr StringLiteral kGemmFn = "ddpc_gemm_f32";
+constexpr StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
 constexpr StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
 constexpr StringLiteral kSyncFn = "ddpc_gpu_host_sync";
+/// Marks the scf.if that runs a GEMM and its epilogue kernel when the
+/// runtime could not fuse them (ddpc-gemm-epilogues).
+constexpr StringLiteral kEpilogueFallbackAttr = "ddpc.epilogue_fallback";
 
 /// Returns (declaring it if needed) a private function `name` : `type`.
 func::FuncOp getOrDeclare(ModuleOp module, StringRef name, FunctionType type) {
@@ -272,6 +276,162 @@ struct GemmToLibraryCallPass
     emitGemmCall(op, batchSize, M, N, K, transA, transB, a, bm, c, M * K, K * N,
                  M * N, /*accumulate=*/!zeroed);
     op->erase();
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// ddpc-gemm-epilogues
+//===----------------------------------------------------------------------===//
+
+/// The memref whose aligned pointer the i64 call argument `v` is (the form
+/// emitGemmCall passes buffers in); null otherwise.
+Value pointerSource(Value v) {
+  auto cast = v.getDefiningOp<arith::IndexCastOp>();
+  auto ptr =
+      cast
+          ? cast.getIn().getDefiningOp<memref::ExtractAlignedPointerAsIndexOp>()
+          : nullptr;
+  return ptr ? ptr.getSource() : Value();
+}
+
+std::optional<int64_t> constantArg(func::CallOp call, unsigned i) {
+  return getConstantIntValue(call.getOperand(i));
+}
+
+/// The activation when `body` is `s = c + bias` (either order) followed by
+/// `yield s` (0) or by a ReLU of s (1): `maximumf(s, 0)` or the importer's
+/// NaN-propagating `select(s > 0, s, select(isnan(s), s, 0))`.
+std::optional<int32_t> matchBiasActivation(Block &body, Value c, Value bias) {
+  auto add = dyn_cast<arith::AddFOp>(body.front());
+  if (!add || !((add.getLhs() == c && add.getRhs() == bias) ||
+                (add.getLhs() == bias && add.getRhs() == c)))
+    return std::nullopt;
+  Value s = add.getResult();
+  Value y = body.getTerminator()->getOperand(0);
+  size_t ops = body.getOperations().size(); // With the yield.
+  auto isZero = [](Value v) { return matchPattern(v, m_AnyZeroFloat()); };
+  if (ops == 2 && y == s)
+    return 0;
+  if (auto max = y.getDefiningOp<arith::MaximumFOp>(); max && ops == 3) {
+    if ((max.getLhs() == s && isZero(max.getRhs())) ||
+        (max.getRhs() == s && isZero(max.getLhs())))
+      return 1;
+    return std::nullopt;
+  }
+  auto outer = y.getDefiningOp<arith::SelectOp>();
+  if (!outer || ops != 6 || outer.getTrueValue() != s)
+    return std::nullopt;
+  auto positive = outer.getCondition().getDefiningOp<arith::CmpFOp>();
+  auto inner = outer.getFalseValue().getDefiningOp<arith::SelectOp>();
+  if (!positive || positive.getPredicate() != arith::CmpFPredicate::OGT ||
+      positive.getLhs() != s || !isZero(positive.getRhs()) || !inner ||
+      inner.getTrueValue() != s || !isZero(inner.getFalseValue()))
+    return std::nullopt;
+  auto nan = inner.getCondition().getDefiningOp<arith::CmpFOp>();
+  if (!nan || nan.getPredicate() != arith::CmpFPredicate::UNO ||
+      nan.getLhs() != s || nan.getRhs() != s)
+    return std::nullopt;
+  return 1;
+}
+
+struct GemmEpiloguesPass
+    : PassWrapper<GemmEpiloguesPass, OperationPass<func::FuncOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GemmEpiloguesPass)
+  StringRef getArgument() const override { return "ddpc-gemm-epilogues"; }
+  StringRef getDescription() const override {
+    return "Fold a bias add (+ ReLU) kernel that follows a GEMM into the GEMM "
+           "(cuBLASLt epilogue), keeping both as a fallback";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, func::FuncDialect,
+                    memref::MemRefDialect, scf::SCFDialect>();
+  }
+
+  void runOnOperation() override {
+    SmallVector<func::CallOp> gemms;
+    getOperation().walk([&](func::CallOp call) {
+      if (call.getCallee() == kGemmFn && call.getNumOperands() == 13)
+        gemms.push_back(call);
+    });
+    for (func::CallOp call : gemms)
+      (void)rewrite(call);
+  }
+
+  LogicalResult rewrite(func::CallOp call) {
+    // One GEMM that overwrites C.
+    if (constantArg(call, 0) != 1 || constantArg(call, 12) != 0)
+      return failure();
+    Value c = pointerSource(call.getOperand(8));
+    if (!c)
+      return failure();
+    // The next op that touches memory: D = act(C + bias), elementwise.
+    Operation *next = call->getNextNode();
+    while (next && isMemoryEffectFree(next))
+      next = next->getNextNode();
+    auto g = dyn_cast_or_null<linalg::GenericOp>(next);
+    if (!g || !g.hasPureBufferSemantics() || g.getNumDpsInputs() != 2 ||
+        g.getNumDpsInits() != 1 || g.getNumLoops() != 2 ||
+        g.getNumParallelLoops() != 2)
+      return failure();
+    SmallVector<AffineMap> maps = g.getIndexingMapsArray();
+    MLIRContext *ctx = g.getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(2, ctx);
+    AffineMap alongN = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+    unsigned ci = g.getDpsInputOperand(0)->get() == c ? 0 : 1;
+    Value bias = g.getDpsInputOperand(1 - ci)->get();
+    Value d = g.getDpsInitOperand(0)->get();
+    auto biasType = dyn_cast<MemRefType>(bias.getType());
+    if (g.getDpsInputOperand(ci)->get() != c || maps[ci] != identity ||
+        maps[1 - ci] != alongN || maps[2] != identity || !denseF32(bias) ||
+        biasType.getRank() != 1 || !denseF32(d) || d.getType() != c.getType())
+      return failure();
+    Block &body = g.getRegion().front();
+    if (!body.getArgument(2).use_empty())
+      return failure();
+    std::optional<int32_t> act = matchBiasActivation(body, body.getArgument(ci),
+                                                     body.getArgument(1 - ci));
+    if (!act)
+      return failure();
+    // With D != C the epilogue never writes C: nothing may read it later.
+    if (reshapeSource(d) != reshapeSource(c))
+      for (Operation *op = g->getNextNode(); op; op = op->getNextNode())
+        if (!isa<memref::DeallocOp>(op))
+          for (Value v : op->getOperands())
+            if (isa<MemRefType>(v.getType()) && mayAlias(v, c))
+              return failure();
+
+    // done = ddpc_gemm_bias_act_f32(m, n, k, transA, transB, A, B, D, bias,
+    // act); if (!done) { the GEMM; the kernel }.
+    OpBuilder b(g);
+    Location loc = call.getLoc();
+    auto ptr = [&](Value mem) {
+      Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+      return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx)
+          .getResult();
+    };
+    SmallVector<Value> args = {
+        call.getOperand(1), call.getOperand(2),
+        call.getOperand(3), call.getOperand(4),
+        call.getOperand(5), call.getOperand(6),
+        call.getOperand(7), ptr(d),
+        ptr(bias),          arith::ConstantIntOp::create(b, loc, *act, 32)};
+    auto fn = getOrDeclare(
+        g->getParentOfType<ModuleOp>(), kGemmEpilogueFn,
+        b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
+    auto fused = func::CallOp::create(b, loc, fn, args);
+    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+      if (Attribute v = g->getAttr(attr))
+        fused->setAttr(attr, v);
+    fused->setAttr("ddpc.library", b.getStringAttr("cublasLt"));
+    Value failed = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, fused.getResult(0),
+        arith::ConstantIntOp::create(b, loc, 0, 32));
+    auto fallback = scf::IfOp::create(b, loc, failed, /*withElse=*/false);
+    fallback->setAttr(kEpilogueFallbackAttr, b.getUnitAttr());
+    Operation *yield = fallback.thenBlock()->getTerminator();
+    call->moveBefore(yield);
+    g->moveBefore(yield);
     return success();
   }
 };
@@ -1004,7 +1164,8 @@ bool isDeviceWork(Operation *op) {
   if (isa<gpu::LaunchFuncOp>(op))
     return true;
   if (auto call = dyn_cast<func::CallOp>(op))
-    return call.getCallee() == kGemmFn || call.getCallee() == kAllReduceFn;
+    return call.getCallee() == kGemmFn || call.getCallee() == kGemmEpilogueFn ||
+           call.getCallee() == kAllReduceFn;
   return false;
 }
 
@@ -1168,6 +1329,9 @@ std::unique_ptr<Pass> createGPUMergeModulesPass() {
 std::unique_ptr<Pass> createGemmToLibraryCallPass() {
   return std::make_unique<GemmToLibraryCallPass>();
 }
+std::unique_ptr<Pass> createGemmEpiloguesPass() {
+  return std::make_unique<GemmEpiloguesPass>();
+}
 std::unique_ptr<Pass> createConvToGemmPass() {
   return std::make_unique<ConvToGemmPass>();
 }
@@ -1199,6 +1363,7 @@ void registerTransformsPasses() {
   registerPass([] { return createCloneSharedFillsPass(); });
   registerPass([] { return createGemmToLibraryCallPass(); });
   registerPass([] { return createConvToGemmPass(); });
+  registerPass([] { return createGemmEpiloguesPass(); });
   registerPass([] { return createScatterToAtomicPass(); });
   registerPass([] { return createMemRefCopyToLinalgPass(); });
   registerPass([] { return createCollapseParallelLoopsPass(); });

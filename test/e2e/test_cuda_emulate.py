@@ -41,6 +41,27 @@ def test_cnn_inference_matches_onnxruntime(ddpc, tmp_path, model, shape):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("epilogue", ["1", "0"])
+def test_gemm_epilogues_and_fallback_match_onnxruntime(ddpc, tmp_path, monkeypatch, epilogue):
+    """The digits MLP's layers (Gemm + Relu, then Gemm) become GEMMs with a
+    bias+ReLU and a bias epilogue (ddpc-gemm-epilogues; cuBLASLt on the GPU,
+    Gemm.h's reference here). With DDPC_GEMM_EPILOGUE=0 the runtime declines
+    and the compiled fallback (GEMM call, then the generated kernel) runs.
+    Both paths match onnxruntime."""
+    path = ROOT / "examples/digits/digits_mlp.onnx"
+    ir = subprocess.run([ddpc, "compile", str(path), "--batch-size", "8", *EMULATE,
+                         "--emit=lowered-mlir", "-o", "-"],
+                        capture_output=True, text=True, check=True).stdout
+    assert ir.count("llvm.call @ddpc_gemm_bias_act_f32(") == 2
+    monkeypatch.setenv("DDPC_GEMM_EPILOGUE", epilogue)
+    x = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
+    run_ddpc(ddpc, path, {"input": x}, tmp_path, "--batch-size", "8", *EMULATE)
+    got = np.load(tmp_path / "out" / "logits.npy")
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_lowered_ir_uses_library_gemm_and_atomics(ddpc):
     """The training step of the CNN goes through both GPU-side rewrites, so
     the tests below exercise them."""

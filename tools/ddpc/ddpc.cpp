@@ -244,8 +244,11 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
         os << "    " << f->getString("name").value_or("") << ": "
            << f->getInteger("kernel_launches").value_or(0)
            << " kernel launches, " << f->getInteger("cublas_gemms").value_or(0)
-           << " cuBLAS GEMMs, arena "
-           << f->getInteger("arena_bytes").value_or(0) << " bytes\n";
+           << " cuBLAS GEMMs";
+        if (int64_t e = f->getInteger("cublaslt_epilogue_gemms").value_or(0))
+          os << " (" << e << " with a bias/ReLU epilogue)";
+        os << ", arena " << f->getInteger("arena_bytes").value_or(0)
+           << " bytes\n";
       }
   }
 }

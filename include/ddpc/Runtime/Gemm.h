@@ -23,12 +23,26 @@
 // (referenceGemm), so tests on the CPU check the argument mapping the GPU
 // uses.
 //
+// Compiled code may also call (see ddpc-gemm-epilogues)
+//   int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k,
+//                                  int32_t transA, int32_t transB,
+//                                  int64_t A, int64_t B, int64_t D,
+//                                  int64_t bias, int32_t act);
+// computing D (m x n) = act(op(A) * op(B) + bias[n]) (bias broadcast along
+// the rows of the row-major D, act 0: none, 1: ReLU) in one library call
+// (cuBLASLt's BIAS / RELU_BIAS epilogue), returning 1; or returning 0
+// without touching D when it cannot, and the caller then runs the GEMM and
+// the epilogue kernel itself.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef DDPC_RUNTIME_GEMM_H
 #define DDPC_RUNTIME_GEMM_H
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace ddpc {
 namespace runtime {
@@ -99,6 +113,31 @@ inline void referenceGemm(const ColumnMajorGemm &g) {
         out = g.accumulate ? out + sum : sum;
       }
   }
+}
+
+/// Whether ddpc_gemm_bias_act_f32 may fuse (DDPC_GEMM_EPILOGUE unset or not
+/// "0"). With DDPC_GEMM_EPILOGUE=0 it returns 0 and compiled code runs the
+/// separate GEMM and bias/activation kernel instead (ddpc-gemm-epilogues).
+inline bool gemmEpiloguesEnabled() {
+  static const bool enabled = [] {
+    const char *v = std::getenv("DDPC_GEMM_EPILOGUE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
+
+/// The epilogue of ddpc_gemm_bias_act_f32 on the CPU: d[i, j] (row-major
+/// m x n) = act(d[i, j] + bias[j]), act 0: identity, 1: ReLU that keeps
+/// NaN (as the compiled Relu does).
+inline void referenceBiasActivation(float *d, const float *bias, int64_t m,
+                                    int64_t n, int32_t act) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float s = d[i * n + j] + bias[j];
+      if (act == 1 && !(s > 0.0f) && !std::isnan(s))
+        s = 0.0f;
+      d[i * n + j] = s;
+    }
 }
 
 } // namespace runtime

@@ -11,6 +11,8 @@
 // GPU lowering helpers (memref level, used by the CUDA pipeline only):
 //   ddpc-plan-arena             temporaries at compile-time arena offsets
 //   ddpc-gemm-to-library-call   contraction generics -> ddpc_gemm_f32 calls
+//   ddpc-gemm-epilogues         GEMM + bias (+ ReLU) kernel -> one cuBLASLt
+//                               call, with the two as fallback
 //   ddpc-scatter-to-atomic      reduction generics with non-injective
 //                               outputs -> parallel loops with atomic adds
 //   ddpc-memref-copy-to-linalg  memref.copy -> linalg.copy (device copies)
@@ -78,13 +80,33 @@ std::unique_ptr<mlir::Pass> createPlanArenaPass();
 /// that is a float32 contraction C[b,m,n] += A[b,m|k,k|m] * B[b,k|n,n|k]
 /// over dense identity-layout memrefs becomes
 ///   func.call @ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C,
-///                            strideA, strideB, strideC)
+///                            strideA, strideB, strideC, accumulate)
 /// (i64 sizes, i32 flags, i64 aligned pointers, i64 batch strides in
 /// elements), which computes
 /// C = op(A) * op(B) + C on row-major buffers (the runtime maps it to
-/// cublasSgemmStridedBatched). Other contractions are left alone and become
-/// generated kernels.
+/// cublasSgemmStridedBatched with beta = 1). When a linalg.fill of zero
+/// initializes C (found going backwards over ops that cannot touch C's
+/// memory), the fill is erased and accumulate = 0: C = op(A) * op(B),
+/// beta = 0. Other contractions are left alone and become generated kernels.
 std::unique_ptr<mlir::Pass> createGemmToLibraryCallPass();
+
+/// `ddpc-gemm-epilogues` (func.func, after ddpc-gemm-to-library-call). A
+/// single (batch 1) overwriting GEMM call whose output C is next used by an
+/// elementwise generic D[m,n] = act(C[m,n] + bias[n]) (act: none, or ReLU
+/// as maximumf(s, 0) or the importer's NaN-propagating select form; a Gemm
+/// or MatMul + Add (+ Relu) layer of an inference or eval function), with
+/// D == C or C not used afterwards, becomes
+///   %done = func.call @ddpc_gemm_bias_act_f32(m, n, k, transA, transB,
+///                                             A, B, D, bias, act) : i32
+///   scf.if (%done == 0) { <the GEMM call>; <the generic> }
+///         {ddpc.epilogue_fallback}
+/// The runtime runs one cuBLASLt matmul with the BIAS or RELU_BIAS epilogue
+/// (bias along the columns of the row-major D, the rows of cuBLAS's
+/// column-major view) and returns 1, or returns 0 when cuBLASLt has no
+/// algorithm for it (or DDPC_GEMM_EPILOGUE=0), and the fallback runs the
+/// two original steps. In training the pre-activation C is also read by the
+/// backward pass, so training GEMMs keep their separate kernels.
+std::unique_ptr<mlir::Pass> createGemmEpiloguesPass();
 
 /// `ddpc-conv-to-gemm` (func.func, bufferized IR; CUDA pipeline). An
 /// ungrouped 2-d convolution generic as the importer emits it,

@@ -25,8 +25,10 @@
 #include "ddpc/Runtime/Gemm.h"
 #include "ddpc/Runtime/Memory.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,8 +38,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -77,11 +81,49 @@ void checkCompleted(const std::string &what) {
                " (found by DDPC_CUDA_SYNC_CHECK)");
 }
 
+/// The driver API functions the runtime calls, resolved through the CUDA
+/// runtime (cudaGetDriverEntryPointByVersion, ABI of CUDA 12.0) rather than
+/// by linking libcuda.so.1: without the NVIDIA driver a program then starts
+/// and ensureDevice() says what is missing, instead of the dynamic loader
+/// failing before main().
+struct DriverApi {
+  decltype(&::cuModuleLoadData) moduleLoadData = nullptr;
+  decltype(&::cuModuleGetFunction) moduleGetFunction = nullptr;
+  decltype(&::cuLaunchKernel) launchKernel = nullptr;
+  decltype(&::cuGetErrorString) getErrorString = nullptr;
+};
+
+const DriverApi &driver() {
+  static const DriverApi api = [] {
+    ensureDevice();
+    DriverApi a;
+    auto resolve = [](const char *name, auto &fn) {
+      void *p = nullptr;
+      cudaDriverEntryPointQueryResult found =
+          cudaDriverEntryPointSymbolNotFound;
+      cudaError_t rc = cudaGetDriverEntryPointByVersion(
+          name, &p, 12000, cudaEnableDefault, &found);
+      if (rc != cudaSuccess || found != cudaDriverEntryPointSuccess || !p)
+        fatalError(
+            std::string("the NVIDIA driver does not provide ") + name +
+            " (cudaGetDriverEntryPointByVersion: " + cudaGetErrorString(rc) +
+            "); install a driver for CUDA 13 (R580 or newer)");
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    resolve("cuModuleLoadData", a.moduleLoadData);
+    resolve("cuModuleGetFunction", a.moduleGetFunction);
+    resolve("cuLaunchKernel", a.launchKernel);
+    resolve("cuGetErrorString", a.getErrorString);
+    return a;
+  }();
+  return api;
+}
+
 void checkDriver(CUresult result, const char *call) {
   if (result == CUDA_SUCCESS)
     return;
   const char *msg = nullptr;
-  cuGetErrorString(result, &msg);
+  driver().getErrorString(result, &msg);
   callFailed(call, msg ? msg : ("CUresult " + std::to_string(result)));
 }
 
@@ -118,11 +160,20 @@ void ensureDevice() {
     return;
   int count = 0;
   cudaError_t rc = cudaGetDeviceCount(&count);
-  if (rc != cudaSuccess || count == 0)
-    fatalError(std::string("no CUDA device is usable (cudaGetDeviceCount: ") +
-               (rc == cudaSuccess ? "0 devices" : cudaGetErrorString(rc)) +
+  if (rc != cudaSuccess || count == 0) {
+    // cudart reports a missing driver as an "insufficient" one.
+    void *libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!libcuda)
+      libcuda = dlopen("libcuda.so.1", RTLD_NOW);
+    std::string why =
+        !libcuda ? "the NVIDIA driver library libcuda.so.1 was not found"
+        : rc == cudaSuccess
+            ? "0 devices"
+            : std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc);
+    fatalError("no CUDA device is usable (" + why +
                "); run programs compiled with --target cuda on a machine "
-               "with an NVIDIA GPU and driver");
+               "with an NVIDIA GPU and driver (R580 or newer)");
+  }
   gDevice = localRankFromEnvironment() % count;
   check(cudaSetDevice(gDevice), "cudaSetDevice");
   check(cudaFree(nullptr), "cudaFree(0) (context creation)");
@@ -488,11 +539,11 @@ void *mgpuModuleGetFunction(void *handle, const char *name) {
   }
   ensureDevice();
   if (!m->module)
-    checkDriver(cuModuleLoadData(&m->module, m->data),
+    checkDriver(driver().moduleLoadData(&m->module, m->data),
                 "cuModuleLoadData (kernel image; was the program compiled "
                 "with --cuda-arch for this GPU?)");
   CUfunction fn = nullptr;
-  checkDriver(cuModuleGetFunction(&fn, m->module, name),
+  checkDriver(driver().moduleGetFunction(&fn, m->module, name),
               (std::string("cuModuleGetFunction(") + name + ")").c_str());
   m->functions.emplace(name, fn);
   m->byAddress.emplace(name, fn);
@@ -510,9 +561,9 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   if (gridX <= 0 || gridY <= 0 || gridZ <= 0)
     return; // Zero-size launch: nothing to do.
   size_t token = Profiler::enabled() ? Profiler::get().begin(gLastKernel) : 0;
-  checkDriver(cuLaunchKernel(fn, gridX, gridY, gridZ, blockX, blockY, blockZ,
-                             smem, static_cast<CUstream>(stream), params,
-                             extra),
+  checkDriver(driver().launchKernel(fn, gridX, gridY, gridZ, blockX, blockY,
+                                    blockZ, smem, static_cast<CUstream>(stream),
+                                    params, extra),
               (std::string("cuLaunchKernel(") + gLastKernel + ")").c_str());
   if (Profiler::enabled())
     Profiler::get().end(token);
@@ -607,6 +658,189 @@ void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     Profiler::get().end(token);
   if (syncCheck())
     checkCompleted("cublasSgemmStridedBatched" + shape());
+}
+
+} // extern "C"
+
+namespace {
+
+/// cuBLASLt state for ddpc_gemm_bias_act_f32: the handle and a workspace
+/// (device memory, kLtWorkspaceBytes) made on first use, and the chosen
+/// algorithm per problem (shape, transposes, epilogue, pointer alignment);
+/// std::nullopt records that cuBLASLt has none (the caller falls back).
+constexpr size_t kLtWorkspaceBytes = 32u << 20;
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  std::map<std::vector<int64_t>, std::optional<cublasLtMatmulAlgo_t>> algos;
+  std::mutex mutex;
+};
+
+LtState &lt() {
+  static LtState *state = [] {
+    auto *s = new LtState; // Never destroyed: used until exit.
+    checkBlas(cublasLtCreate(&s->handle), "cublasLtCreate");
+    check(cudaMalloc(&s->workspace, kLtWorkspaceBytes),
+          "cudaMalloc (cuBLASLt workspace)");
+    return s;
+  }();
+  return *state;
+}
+
+/// Largest power of two (at most 256) dividing the address `p`.
+uint32_t alignmentOf(const void *p) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 1;
+  while (a < 256 && v % (2 * a) == 0)
+    a *= 2;
+  return a;
+}
+
+/// Owns the cuBLASLt descriptors of one call.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref)
+      cublasLtMatmulPreferenceDestroy(pref);
+    for (cublasLtMatrixLayout_t l : {a, b, d})
+      if (l)
+        cublasLtMatrixLayoutDestroy(l);
+    if (op)
+      cublasLtMatmulDescDestroy(op);
+  }
+};
+
+} // namespace
+
+extern "C" {
+
+/// See Gemm.h: D = act(op(A) op(B) + bias) as one cuBLASLt matmul with the
+/// BIAS / RELU_BIAS epilogue, on cuBLAS's column-major view of the
+/// row-major operands (toColumnMajor), where the bias runs along D's rows.
+/// Returns 0 (D untouched) when cuBLASLt offers no algorithm or rejects the
+/// call, after a one-time warning per problem; the compiled fallback then
+/// runs cublasSgemm and the generated bias/ReLU kernel.
+int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k, int32_t transA,
+                               int32_t transB, int64_t a, int64_t b, int64_t d,
+                               int64_t bias, int32_t act) {
+  if (!gemmEpiloguesEnabled())
+    return 0;
+  cudaStream_t stream = computeStream();
+  ColumnMajorGemm g = toColumnMajor(1, m, n, k, transA, transB, a, b, d, 0, 0,
+                                    0, /*accumulate=*/0);
+  LtState &state = lt();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto problem = [&] {
+    return " (m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+           std::to_string(k) + ", transA " + std::to_string(transA) +
+           ", transB " + std::to_string(transB) +
+           (act ? ", bias + ReLU)" : ", bias)");
+  };
+  uint32_t alignA = alignmentOf(g.first), alignB = alignmentOf(g.second),
+           alignD = alignmentOf(g.out);
+  LtDescriptors desc;
+  cublasOperation_t opA = g.transFirst ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opB = g.transSecond ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue =
+      act ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  const void *biasPtr = reinterpret_cast<const void *>(bias);
+  uint64_t workspace = kLtWorkspaceBytes;
+  auto set = [](cublasStatus_t s, const char *what) { checkBlas(s, what); };
+  set(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      "cublasLtMatmulDescCreate");
+  set(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                     sizeof(opA)),
+      "cublasLtMatmulDescSetAttribute(TRANSA)");
+  set(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                     sizeof(opB)),
+      "cublasLtMatmulDescSetAttribute(TRANSB)");
+  set(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                     &epilogue, sizeof(epilogue)),
+      "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  set(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                     &biasPtr, sizeof(biasPtr)),
+      "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  // Stored shapes: op(X) is rows x inner (first) and inner x cols (second).
+  set(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_32F,
+                                 g.transFirst ? g.inner : g.rows,
+                                 g.transFirst ? g.rows : g.inner, g.ldFirst),
+      "cublasLtMatrixLayoutCreate(A)");
+  set(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_32F,
+                                 g.transSecond ? g.cols : g.inner,
+                                 g.transSecond ? g.inner : g.cols, g.ldSecond),
+      "cublasLtMatrixLayoutCreate(B)");
+  set(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_32F, g.rows, g.cols, g.ldOut),
+      "cublasLtMatrixLayoutCreate(D)");
+
+  std::vector<int64_t> key = {m,   n,      k,      transA, transB,
+                              act, alignA, alignB, alignD};
+  auto it = state.algos.find(key);
+  if (it == state.algos.end()) {
+    set(cublasLtMatmulPreferenceCreate(&desc.pref),
+        "cublasLtMatmulPreferenceCreate");
+    set(cublasLtMatmulPreferenceSetAttribute(
+            desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+            sizeof(workspace)),
+        "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+    for (auto [attr, align] :
+         {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignA},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignB},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignD},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignD}})
+      set(cublasLtMatmulPreferenceSetAttribute(desc.pref, attr, &align,
+                                               sizeof(align)),
+          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        state.handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1,
+        &result, &found);
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    if (s == CUBLAS_STATUS_SUCCESS && found > 0)
+      algo = result.algo;
+    else
+      std::fprintf(stderr,
+                   "ddpc: note: cuBLASLt has no algorithm for a GEMM with "
+                   "epilogue%s: %s; running the GEMM and the epilogue kernel "
+                   "separately\n",
+                   problem().c_str(),
+                   s == CUBLAS_STATUS_SUCCESS ? "none found"
+                                              : cublasGetStatusString(s));
+    it = state.algos.emplace(key, algo).first;
+  }
+  if (!it->second)
+    return 0;
+
+  if (syncCheck())
+    checkCompleted("the kernels before the GEMM" + problem());
+  size_t token = 0;
+  if (Profiler::enabled())
+    token = Profiler::get().begin(
+        std::string("cublasLtMatmul ") + std::to_string(m) + "x" +
+        std::to_string(n) + "x" + std::to_string(k) + (transA ? " tA" : "") +
+        (transB ? " tB" : "") + (act ? " +bias,relu" : " +bias"));
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t s =
+      cublasLtMatmul(state.handle, desc.op, &one, g.first, desc.a, g.second,
+                     desc.b, &zero, g.out, desc.d, g.out, desc.d, &*it->second,
+                     state.workspace, kLtWorkspaceBytes, stream);
+  if (Profiler::enabled())
+    Profiler::get().end(token);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    // Rejected when queued (nothing ran): fall back from now on.
+    std::fprintf(stderr,
+                 "ddpc: note: cublasLtMatmul failed for a GEMM with "
+                 "epilogue%s: %s; running the GEMM and the epilogue kernel "
+                 "separately\n",
+                 problem().c_str(), cublasGetStatusString(s));
+    it->second.reset();
+    return 0;
+  }
+  if (syncCheck())
+    checkCompleted("cublasLtMatmul" + problem());
+  return 1;
 }
 
 } // extern "C"
