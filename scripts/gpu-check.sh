@@ -5,7 +5,8 @@
 #     cd gpu-bundle && bash gpu-check.sh
 #
 # Finds the CUDA libraries the ddpc CUDA programs link dynamically
-# (libcublas.so.13, libcublasLt.so.13, libnccl.so.2; libcuda.so.1 comes with
+# (libcublas.so.13, libcublasLt.so.13, libnccl.so.2, optionally libcudnn.so.9;
+# libcuda.so.1 comes with
 # the driver) in the system CUDA folders, ldconfig's cache or PyTorch's
 # site-packages/nvidia/*/lib, then runs gpu_check.py: each CUDA training
 # program for the fixed steps, compared with the CPU reference (losses and
@@ -102,6 +103,15 @@ EOF
     LIBS_FOUND+="$lib=$dir;"
     [[ " ${USE[*]-} " == *" $dir "* ]] || USE+=("$dir")
   done
+  # cuDNN is optional: programs dlopen it for convolutions and otherwise run
+  # them as im2col + cuBLAS GEMMs (PyTorch's wheels ship nvidia/cudnn/lib).
+  if dir="$(find_lib libcudnn.so.9)"; then
+    echo "gpu-check: libcudnn.so.9: $dir"
+    LIBS_FOUND+="libcudnn.so.9=$dir;"
+    [[ " ${USE[*]-} " == *" $dir "* ]] || USE+=("$dir")
+  else
+    echo "gpu-check: libcudnn.so.9: not found (optional; convolutions run as im2col + cuBLAS GEMMs)"
+  fi
   if [[ -n "$MISSING" ]]; then
     echo "gpu-check: warning: not found:$MISSING (libcuda.so.1 is the NVIDIA driver's; cuBLAS 13 / NCCL 2 come" \
          "with the CUDA 13 toolkit or PyTorch's nvidia-* wheels). The programs will fail to start; gpu_check.py" \

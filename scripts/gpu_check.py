@@ -548,18 +548,27 @@ class ModelCheck:
         device time per kernel (information, not part of the exit status)."""
         if self.mode != "cuda" or self.ctx["budget"].left() < 30:
             return
-        self.log("ddpc: profiled run (2 steps, DDPC_CUDA_PROFILE=1): device time per kernel")
-        r = self.run_ddpc("profile", ["--epochs", 1, "--stop-after-steps", 2], min(90.0, TIMEOUTS[self.mode]["short"]),
-                          env_extra={"DDPC_CUDA_PROFILE": "1"})
-        lines = r["err"].splitlines()
-        start = next((i for i, ln in enumerate(lines) if ln.startswith("ddpc CUDA profile")), None)
-        if start is None:
-            self.res["notes"].append("profiled run printed no profile: " + why_failed(r, "profiled run"))
-            return
-        table = lines[start:start + 12]
-        self.res["profile"] = table
-        for ln in table:
-            print(f"gpu-check: [{self.name}] {ln}", flush=True)
+        # With cuDNN found, a second profile with DDPC_CUDNN=0 shows what the
+        # convolutions cost as the compiled im2col + cuBLAS fallback.
+        variants = [("profile", "", {})]
+        if "libcudnn.so.9=" in os.environ.get("DDPC_GPU_LIBS", ""):
+            variants.append(("profile_no_cudnn", " with DDPC_CUDNN=0", {"DDPC_CUDNN": "0"}))
+        for key, label, env in variants:
+            if self.ctx["budget"].left() < 30:
+                return
+            self.log(f"ddpc: profiled run (2 steps, DDPC_CUDA_PROFILE=1{label}): device time per kernel")
+            r = self.run_ddpc(key, ["--epochs", 1, "--stop-after-steps", 2], min(90.0, TIMEOUTS[self.mode]["short"]),
+                              env_extra={"DDPC_CUDA_PROFILE": "1", **env})
+            lines = r["err"].splitlines()
+            start = next((i for i, ln in enumerate(lines) if ln.startswith("ddpc CUDA profile")), None)
+            if start is None:
+                self.res["notes"].append(f"profiled run{label} printed no profile: " + why_failed(r, "profiled run"))
+                continue
+            notes = [ln for ln in lines[:start] if ln.startswith("ddpc: note:")]
+            table = notes + lines[start:start + 12]
+            self.res[key] = table
+            for ln in table:
+                print(f"gpu-check: [{self.name}{label}] {ln}", flush=True)
 
     def trajectory(self) -> None:
         T = TIMEOUTS[self.mode]

@@ -453,9 +453,9 @@ std::string buildReport(ModuleOp module, StringRef modelName,
 
 /// Adds the CUDA target's plan to `reportJSON`, from the IR after stage
 /// "gpu-kernels": per step function the kernel launches, cuBLAS GEMM calls
-/// (of which cuBLASLt GEMMs with a fused bias/ReLU epilogue; their fallback
-/// kernels are not counted) and arena bytes (ddpc-plan-arena), plus the
-/// architectures.
+/// (of which cuBLASLt GEMMs with a fused bias/ReLU epilogue), cuDNN
+/// convolutions (library fallbacks are not counted) and arena bytes
+/// (ddpc-plan-arena), plus the architectures.
 void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
                    std::string &reportJSON) {
   auto parsed = llvm::json::parse(reportJSON);
@@ -471,7 +471,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
   // those of the module's functions it calls (the gradient allreduce
   // helpers), once per call site.
   struct Counts {
-    int64_t launches = 0, gemms = 0, epilogues = 0;
+    int64_t launches = 0, gemms = 0, epilogues = 0, convs = 0;
   };
   llvm::DenseMap<Operation *, Counts> counted;
   std::function<Counts(func::FuncOp)> count = [&](func::FuncOp f) -> Counts {
@@ -479,9 +479,9 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
       return it->second;
     counted[f] = {}; // Recursion guard (the IR has no recursion).
     Counts c;
-    // Fallbacks of fused GEMM epilogues run only when cuBLASLt declines.
+    // Fallbacks (ddpc.library_fallback) run only when a library declines.
     f.walk<WalkOrder::PreOrder>([&](Operation *op) {
-      if (op->hasAttr("ddpc.epilogue_fallback"))
+      if (op->hasAttr("ddpc.library_fallback"))
         return WalkResult::skip();
       if (isa<gpu::LaunchFuncOp>(op)) {
         ++c.launches;
@@ -489,12 +489,14 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
         bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
         c.gemms += epilogue || call.getCallee() == "ddpc_gemm_f32";
         c.epilogues += epilogue;
+        c.convs += call.getCallee() == "ddpc_conv2d_f32";
         auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
         if (callee && !callee.isExternal()) {
           Counts inner = count(callee);
           c.launches += inner.launches;
           c.gemms += inner.gemms;
           c.epilogues += inner.epilogues;
+          c.convs += inner.convs;
         }
       }
       return WalkResult::advance();
@@ -513,6 +515,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
                            {"kernel_launches", c.launches},
                            {"cublas_gemms", c.gemms},
                            {"cublaslt_epilogue_gemms", c.epilogues},
+                           {"cudnn_convolutions", c.convs},
                            {"arena_bytes", arena}});
   }
   llvm::json::Array archList;

@@ -38,9 +38,11 @@ constexpr StringLiteral kGemmFn = "ddpc_gemm_f32";
 constexpr StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
 constexpr StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
 constexpr StringLiteral kSyncFn = "ddpc_gpu_host_sync";
-/// Marks the scf.if that runs a GEMM and its epilogue kernel when the
-/// runtime could not fuse them (ddpc-gemm-epilogues).
-constexpr StringLiteral kEpilogueFallbackAttr = "ddpc.epilogue_fallback";
+constexpr StringLiteral kConvFn = "ddpc_conv2d_f32";
+/// Marks an scf.if that runs generated code when a library call declined
+/// (returned 0): a GEMM and its epilogue kernel (ddpc-gemm-epilogues), or
+/// a convolution's im2col + GEMM lowering (ddpc-conv-to-gemm, cuDNN).
+constexpr StringLiteral kLibraryFallbackAttr = "ddpc.library_fallback";
 
 /// Returns (declaring it if needed) a private function `name` : `type`.
 func::FuncOp getOrDeclare(ModuleOp module, StringRef name, FunctionType type) {
@@ -74,6 +76,21 @@ bool resultsAre(AffineMap map, ArrayRef<unsigned> dims) {
   }
   return true;
 }
+
+/// Arguments of runtime calls, created at `b`'s insertion point: integer
+/// constants, and buffers as their aligned base address (i64), the form
+/// the runtime's C entry points take.
+struct RuntimeArgs {
+  OpBuilder &b;
+  Location loc;
+  Value integer(int64_t v, unsigned bits) {
+    return arith::ConstantIntOp::create(b, loc, v, bits).getResult();
+  }
+  Value pointer(Value mem) {
+    Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+    return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx).getResult();
+  }
+};
 
 /// `v` with memref.collapse_shape/expand_shape ops looked through: the
 /// buffer `v` is a reshape of (same elements, same order).
@@ -126,21 +143,21 @@ bool mayAlias(Value x, Value y) {
   return true;
 }
 
-/// Looks backwards from `at` (a GEMM about to write all of `c`) for the
-/// `linalg.fill` of zero that initializes `c` (or the buffer `c` reshapes),
-/// over ops that cannot touch `c`'s memory. When found it is erased and
-/// true returned: the GEMM then overwrites `c` (BLAS beta = 0) instead of
-/// accumulating into zeros written by a separate kernel.
-bool eraseZeroFillOf(Operation *at, Value c) {
+/// Looks backwards from `at` (a GEMM or convolution about to write all of
+/// `c`) for the `linalg.fill` of zero that initializes `c` (or the buffer
+/// `c` reshapes), over ops that cannot touch `c`'s memory; null if there is
+/// none. eraseZeroFillOf erases it and returns whether it did: the library
+/// call then overwrites `c` (BLAS/cuDNN beta = 0) instead of accumulating
+/// into zeros written by a separate kernel.
+Operation *findZeroFillOf(Operation *at, Value c) {
   Value target = reshapeSource(c);
   for (Operation *op = at->getPrevNode(); op; op = op->getPrevNode()) {
     if (auto fill = dyn_cast<linalg::FillOp>(op)) {
       if (fill.hasPureBufferSemantics() &&
           reshapeSource(fill.getDpsInitOperand(0)->get()) == target) {
         if (!matchPattern(fill.getInputs()[0], m_AnyZeroFloat()))
-          return false;
-        fill->erase();
-        return true;
+          return nullptr;
+        return fill;
       }
     }
     if (isMemoryEffectFree(op))
@@ -149,12 +166,19 @@ bool eraseZeroFillOf(Operation *at, Value c) {
     // access buffers their operands do not show.
     if (isa<CallOpInterface>(op) ||
         (op->getNumRegions() && !isa<linalg::LinalgOp>(op)))
-      return false;
+      return nullptr;
     for (Value v : op->getOperands())
       if (isa<MemRefType>(v.getType()) && mayAlias(v, c))
-        return false;
+        return nullptr;
   }
-  return false;
+  return nullptr;
+}
+
+bool eraseZeroFillOf(Operation *at, Value c) {
+  Operation *fill = findZeroFillOf(at, c);
+  if (fill)
+    fill->erase();
+  return fill;
 }
 
 /// Emits `ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C, strideA,
@@ -165,17 +189,11 @@ func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
                           Value c, int64_t strideA, int64_t strideB,
                           int64_t strideC, bool accumulate) {
   OpBuilder b(at);
+  RuntimeArgs arg{b, at->getLoc()};
+  auto i64 = [&](int64_t v) { return arg.integer(v, 64); };
+  auto i32 = [&](int64_t v) { return arg.integer(v, 32); };
+  auto ptr = [&](Value mem) { return arg.pointer(mem); };
   Location loc = at->getLoc();
-  auto i64 = [&](int64_t v) {
-    return arith::ConstantIntOp::create(b, loc, v, 64).getResult();
-  };
-  auto i32 = [&](int64_t v) {
-    return arith::ConstantIntOp::create(b, loc, v, 32).getResult();
-  };
-  auto ptr = [&](Value mem) {
-    Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
-    return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx).getResult();
-  };
   SmallVector<Value> args = {
       i64(batch),   i64(m),       i64(n),         i64(k), i32(transA),
       i32(transB),  ptr(a),       ptr(bm),        ptr(c), i64(strideA),
@@ -405,11 +423,8 @@ struct GemmEpiloguesPass
     // act); if (!done) { the GEMM; the kernel }.
     OpBuilder b(g);
     Location loc = call.getLoc();
-    auto ptr = [&](Value mem) {
-      Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
-      return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx)
-          .getResult();
-    };
+    RuntimeArgs arg{b, loc};
+    auto ptr = [&](Value mem) { return arg.pointer(mem); };
     SmallVector<Value> args = {
         call.getOperand(1), call.getOperand(2),
         call.getOperand(3), call.getOperand(4),
@@ -428,7 +443,7 @@ struct GemmEpiloguesPass
         b, loc, arith::CmpIPredicate::eq, fused.getResult(0),
         arith::ConstantIntOp::create(b, loc, 0, 32));
     auto fallback = scf::IfOp::create(b, loc, failed, /*withElse=*/false);
-    fallback->setAttr(kEpilogueFallbackAttr, b.getUnitAttr());
+    fallback->setAttr(kLibraryFallbackAttr, b.getUnitAttr());
     Operation *yield = fallback.thenBlock()->getTerminator();
     call->moveBefore(yield);
     g->moveBefore(yield);
@@ -616,6 +631,57 @@ struct ConvToGemmPass
     return col;
   }
 
+  /// Convolution kinds of ddpc_conv2d_f32 (Gemm.h).
+  enum ConvKind { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
+
+  /// When the convolution can go to the library (cuDNN on the GPU: dense
+  /// operands, and the output size cuDNN derives from the padded input),
+  /// emits before `op`
+  ///   %done = ddpc_conv2d_f32(kind, N, C, H, W, OC, KH, KW, OH, OW, sh, sw,
+  ///                           dh, dw, x, w, y, accumulate) : i32
+  ///   scf.if (%done == 0) {} {ddpc.library_fallback}
+  /// and moves `op` into the scf.if, so its GEMM lowering becomes the
+  /// fallback. x [N, C, H, W] is the padded input (kForward,
+  /// kBackwardFilter) or its gradient (kBackwardData), w [OC, C, KH, KW]
+  /// the weights or their gradient, y [N, OC, OH, OW] the output or its
+  /// gradient. Returns false (nothing emitted) otherwise.
+  static bool emitLibraryConv(linalg::GenericOp op, ConvKind kind,
+                              const ConvMatch &m, Value x, Value w, Value y,
+                              bool accumulate) {
+    auto xt = cast<MemRefType>(x.getType());
+    int64_t h = xt.getDimSize(3), wd = xt.getDimSize(4);
+    auto outSize = [](int64_t in, int64_t k, std::pair<int64_t, int64_t> sd) {
+      return (in - sd.second * (k - 1) - 1) / sd.first + 1;
+    };
+    if (!denseF32(x) || !denseF32(w) || !denseF32(y) ||
+        outSize(h, m.KH, m.hw) != m.OH || outSize(wd, m.KW, m.ww) != m.OW)
+      return false;
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    RuntimeArgs arg{b, loc};
+    auto i64 = [&](int64_t v) { return arg.integer(v, 64); };
+    auto i32 = [&](int64_t v) { return arg.integer(v, 32); };
+    auto ptr = [&](Value mem) { return arg.pointer(mem); };
+    SmallVector<Value> args = {
+        i32(kind),        i64(m.N),         i64(m.C),        i64(h),
+        i64(wd),          i64(m.OC),        i64(m.KH),       i64(m.KW),
+        i64(m.OH),        i64(m.OW),        i64(m.hw.first), i64(m.ww.first),
+        i64(m.hw.second), i64(m.ww.second), ptr(x),          ptr(w),
+        ptr(y),           i32(accumulate)};
+    auto fn = getOrDeclare(
+        op->getParentOfType<ModuleOp>(), kConvFn,
+        b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
+    auto call = func::CallOp::create(b, loc, fn, args);
+    copyLabels(op, call);
+    call->setAttr("ddpc.library", b.getStringAttr("cudnn"));
+    Value declined = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                           call.getResult(0), i32(0));
+    auto fallback = scf::IfOp::create(b, loc, declined, /*withElse=*/false);
+    fallback->setAttr(kLibraryFallbackAttr, b.getUnitAttr());
+    op->moveBefore(fallback.thenBlock()->getTerminator());
+    return true;
+  }
+
   static void copyLabels(Operation *from, Operation *to) {
     for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
       if (Attribute v = from->getAttr(attr))
@@ -656,9 +722,16 @@ struct ConvToGemmPass
     Value dx = m->windowed;
     int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
             KW = m->KW, K = m->K, P = m->P;
-    OpBuilder b(op);
     Location loc = op.getLoc();
     MLIRContext *ctx = op.getContext();
+    // cuDNN may overwrite dx (beta = 0); the fallback's col2im accumulates,
+    // so it zeroes dx itself then.
+    Operation *fill = findZeroFillOf(op, dx);
+    if (emitLibraryConv(op, kBackwardData, *m, dx, w, dy,
+                        /*accumulate=*/!fill) &&
+        fill)
+      fill->moveBefore(op);
+    OpBuilder b(op);
     Value dcol = allocF32(b, loc, {N, K, P});
     Value wMat = memref::CollapseShapeOp::create(
         b, loc, w, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
@@ -708,6 +781,9 @@ struct ConvToGemmPass
     Value x = m->windowed, dy = m->others[0], dw = m->others[1];
     int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
             KW = m->KW, K = m->K, P = m->P;
+    bool zeroed = eraseZeroFillOf(op, dw);
+    emitLibraryConv(op, kBackwardFilter, *m, x, dw, dy,
+                    /*accumulate=*/!zeroed);
     OpBuilder b(op);
     Location loc = op.getLoc();
     MLIRContext *ctx = op.getContext();
@@ -733,7 +809,6 @@ struct ConvToGemmPass
     copyLabels(op, transpose);
     Value dwMat = memref::CollapseShapeOp::create(
         b, loc, dw, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
-    bool zeroed = eraseZeroFillOf(op, dw);
     emitGemmCall(op, 1, OC, K, N * P, 0, 1, dyT, colT, dwMat, OC * N * P,
                  K * N * P, OC * K, /*accumulate=*/!zeroed);
     b.setInsertionPoint(op);
@@ -755,6 +830,7 @@ struct ConvToGemmPass
     int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
             KW = m->KW, K = m->K, P = m->P;
     bool zeroed = eraseZeroFillOf(op, y);
+    emitLibraryConv(op, kForward, *m, x, w, y, /*accumulate=*/!zeroed);
     OpBuilder b(op);
     Location loc = op.getLoc();
     Value col = emitIm2Col(b, loc, op, x, *m, /*batchOuter=*/true);
@@ -1165,7 +1241,7 @@ bool isDeviceWork(Operation *op) {
     return true;
   if (auto call = dyn_cast<func::CallOp>(op))
     return call.getCallee() == kGemmFn || call.getCallee() == kGemmEpilogueFn ||
-           call.getCallee() == kAllReduceFn;
+           call.getCallee() == kConvFn || call.getCallee() == kAllReduceFn;
   return false;
 }
 

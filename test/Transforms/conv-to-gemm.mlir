@@ -2,10 +2,16 @@
 
 // Tests ddpc-conv-to-gemm on the importer's convolution generic: batch 2,
 // 3 input channels of 6x6 (already padded), 4 output channels, 3x3 window,
-// stride 1: im2col into col[2, 3*3*3, 4*4] and one GEMM per sample,
+// stride 1. First the library call (cuDNN on the GPU): kind 0 (forward),
+// N, C, H, W = 2, 3, 6, 6, OC, KH, KW = 4, 3, 3, OH, OW = 4, 4, strides and
+// dilations 1, x, w, y, accumulate 1. Its fallback, run when it returns 0:
+// im2col into col[2, 3*3*3, 4*4] and one GEMM per sample,
 // y[n] (4 x 16) += w (4 x 27) * col[n] (27 x 16), with the weights shared
 // by the batch (stride 0); the strides of col and y are 27*16 and 4*16.
 // CHECK-LABEL: func.func @conv(
+// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(%c0_i32, %c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c4_i64, %c3_i64_1, %c3_i64_2, %c4_i64_3, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c1_i32) {ddpc.library = "cudnn"}
+// CHECK: %[[DECLINED:.*]] = arith.cmpi eq, %[[DONE]], %c0_i32
+// CHECK: scf.if %[[DECLINED]] {
 // CHECK: %[[COL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x16xf32>
 // CHECK: %[[COL6:.*]] = memref.expand_shape %[[COL]] {{\[\[}}0], [1, 2, 3], [4, 5]] output_shape [2, 3, 3, 3, 4, 4]
 // CHECK: linalg.generic {indexing_maps = [#[[GATHER:.*]], #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%arg0 : memref<2x1x3x6x6xf32>) outs(%[[COL6]] : memref<2x3x3x3x4x4xf32>)
@@ -20,6 +26,7 @@
 // CHECK-DAG: %[[SC:.*]] = arith.constant 64 : i64
 // CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]], %{{[^,]*}})
 // CHECK: memref.dealloc %[[COL]]
+// CHECK: } {ddpc.library_fallback}
 // CHECK-NOT: reduction
 #x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
 #w = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
@@ -61,6 +68,7 @@ func.func @strided(%x: memref<1x1x2x9x9xf32>, %w: memref<1x2x2x3x3xf32>, %y: mem
 
 // Grouped (depthwise) convolutions stay generated kernels.
 // CHECK-LABEL: func.func @grouped(
+// CHECK-NOT: ddpc_conv2d_f32
 // CHECK-NOT: ddpc_gemm_f32
 // CHECK: linalg.generic
 #xg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
@@ -198,4 +206,33 @@ func.func @conv_zero_filled(%x: memref<2x1x3x6x6xf32>, %w: memref<1x4x3x3x3xf32>
     linalg.yield %s : f32
   }
   return %y : memref<2x1x4x4x4xf32>
+}
+
+// -----
+
+// An input gradient into a zero-filled dx: the library call overwrites dx
+// (accumulate 0) and the zero fill moves into the fallback, whose col2im
+// accumulates. Kind 1 (backward data).
+// CHECK-LABEL: func.func @input_grad_zero_filled(
+// CHECK-NOT: linalg.fill
+// CHECK: call @ddpc_conv2d_f32(%c1_i32, {{.*}}, %c0_i32{{[_0-9]*}}) {ddpc.library = "cudnn"}
+// CHECK: scf.if
+// CHECK-NEXT: linalg.fill
+// CHECK: call @ddpc_gemm_f32(
+// CHECK: } {ddpc.library_fallback}
+#wf = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
+#gf = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+#xf = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
+func.func @input_grad_zero_filled(%w: memref<1x4x3x3x3xf32>, %dy: memref<2x1x4x4x4xf32>) -> memref<2x1x3x6x6xf32> {
+  %zero = arith.constant 0.0 : f32
+  %dx = memref.alloc() : memref<2x1x3x6x6xf32>
+  linalg.fill ins(%zero : f32) outs(%dx : memref<2x1x3x6x6xf32>)
+  linalg.generic {indexing_maps = [#wf, #gf, #xf], iterator_types = ["reduction", "reduction", "reduction", "reduction", "reduction", "reduction", "reduction", "reduction"]}
+      ins(%w, %dy : memref<1x4x3x3x3xf32>, memref<2x1x4x4x4xf32>) outs(%dx : memref<2x1x3x6x6xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return %dx : memref<2x1x3x6x6xf32>
 }

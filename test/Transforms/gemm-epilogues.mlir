@@ -12,7 +12,7 @@
 // CHECK: scf.if %[[FAILED]] {
 // CHECK-NEXT: call @ddpc_gemm_f32(
 // CHECK-NEXT: linalg.generic
-// CHECK: } {ddpc.epilogue_fallback}
+// CHECK: } {ddpc.library_fallback}
 // CHECK-NEXT: return
 #a = affine_map<(m, n, k) -> (m, k)>
 #bt = affine_map<(m, n, k) -> (n, k)>
@@ -49,7 +49,7 @@ func.func @dense_relu(%x: memref<4x8xf32>, %w: memref<3x8xf32>, %b: memref<3xf32
 // CHECK-LABEL: func.func @dense_bias(
 // CHECK: call @ddpc_gemm_bias_act_f32({{.*}}, %c0_i32{{[_0-9]*}}) {ddpc.library = "cublasLt"}
 // CHECK: scf.if
-// CHECK: } {ddpc.epilogue_fallback}
+// CHECK: } {ddpc.library_fallback}
 #a2 = affine_map<(m, n, k) -> (m, k)>
 #b2 = affine_map<(m, n, k) -> (k, n)>
 #c2 = affine_map<(m, n, k) -> (m, n)>

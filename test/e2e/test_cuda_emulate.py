@@ -94,17 +94,21 @@ def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations):
     return y, dx, dwt, dy.sum(axis=(0, 2, 3))
 
 
+@pytest.mark.parametrize("library", ["1", "0"], ids=["cudnn", "im2col-gemm"])
 @pytest.mark.parametrize("attrs", [
     dict(),
     dict(strides=[2, 2], pads=[1, 1, 1, 1]),
     dict(strides=[1, 2], dilations=[2, 1], pads=[1, 0, 0, 2]),
     dict(strides=[3, 3], kernel_shape=[2, 2]),  # windows do not overlap
 ])
-def test_conv_vjp_matches_numpy(attrs):
+def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     """Forward, input, weight and bias gradients of a float32 Conv through
-    ddpc-conv-to-gemm (forward: im2col + GEMM; weight gradient: im2col +
-    transpose + GEMM; input gradient: GEMM + col2im with atomic adds)
-    against numpy in float64."""
+    ddpc-conv-to-gemm against numpy in float64, both ways the program can
+    run them: the library calls (ddpc_conv2d_f32: cuDNN on the GPU, Gemm.h's
+    definition here) and, with DDPC_CUDNN=0, the compiled fallback
+    (forward: im2col + GEMM; weight gradient: im2col + transpose + GEMM;
+    input gradient: GEMM + col2im with atomic adds)."""
+    monkeypatch.setenv("DDPC_CUDNN", library)
     ddpc_py = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
     from onnx import TensorProto, helper
     kh, kw = attrs.get("kernel_shape", [3, 2])
@@ -117,8 +121,11 @@ def test_conv_vjp_matches_numpy(attrs):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     prog = ddpc_py.compile(m, vjp=True, target="cuda-emulate", onnx_checker=False)
-    # Forward, weight gradient and input gradient each became a GEMM.
-    assert prog.ir(prog.stages[-1]).count("llvm.call @ddpc_gemm_f32(") == 3
+    # Forward, weight gradient and input gradient: each one library call,
+    # with a GEMM in its fallback.
+    lowered = prog.ir(prog.stages[-1])
+    assert lowered.count("llvm.call @ddpc_conv2d_f32(") == 3
+    assert lowered.count("llvm.call @ddpc_gemm_f32(") == 3
     rng = np.random.default_rng(11)
     feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     dy_shape = tuple(next(s.shape for s in prog.inputs if s.name == "d_y"))

@@ -247,6 +247,8 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
            << " cuBLAS GEMMs";
         if (int64_t e = f->getInteger("cublaslt_epilogue_gemms").value_or(0))
           os << " (" << e << " with a bias/ReLU epilogue)";
+        if (int64_t c = f->getInteger("cudnn_convolutions").value_or(0))
+          os << ", " << c << " cuDNN convolutions";
         os << ", arena " << f->getInteger("arena_bytes").value_or(0)
            << " bytes\n";
       }

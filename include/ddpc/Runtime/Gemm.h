@@ -34,6 +34,24 @@
 // without touching D when it cannot, and the caller then runs the GEMM and
 // the epilogue kernel itself.
 //
+// And, for ungrouped 2-d convolutions (ddpc-conv-to-gemm),
+//   int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
+//                           int64_t w, int64_t k, int64_t r, int64_t s,
+//                           int64_t p, int64_t q, int64_t strideH,
+//                           int64_t strideW, int64_t dilationH,
+//                           int64_t dilationW, int64_t X, int64_t W,
+//                           int64_t Y, int32_t accumulate);
+// on dense NCHW float32 tensors X [n, c, h, w] (already padded), W [k, c, r,
+// s] and Y [n, k, p, q], p = (h - dilationH*(r-1) - 1)/strideH + 1 (q
+// likewise), cross-correlation without padding:
+//   kind 0 (forward):         Y (+)= conv(X, W)
+//   kind 1 (backward data):   X (+)= dconv/dX^T applied to Y (Y is dY)
+//   kind 2 (backward filter): W (+)= dconv/dW^T applied to Y (Y is dY)
+// overwriting (accumulate = 0) or adding to (1) the written tensor. It
+// returns 1, or 0 without writing anything when the library (cuDNN on the
+// GPU) is unavailable or declines, and the caller then runs its im2col +
+// GEMM lowering. referenceConv2d is the CPU definition.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef DDPC_RUNTIME_GEMM_H
@@ -43,6 +61,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace ddpc {
 namespace runtime {
@@ -118,12 +137,11 @@ inline void referenceGemm(const ColumnMajorGemm &g) {
 /// Whether ddpc_gemm_bias_act_f32 may fuse (DDPC_GEMM_EPILOGUE unset or not
 /// "0"). With DDPC_GEMM_EPILOGUE=0 it returns 0 and compiled code runs the
 /// separate GEMM and bias/activation kernel instead (ddpc-gemm-epilogues).
+/// Read on every call (cheap next to a GEMM), so programs loaded into one
+/// process (the Python API) follow the current environment.
 inline bool gemmEpiloguesEnabled() {
-  static const bool enabled = [] {
-    const char *v = std::getenv("DDPC_GEMM_EPILOGUE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return enabled;
+  const char *v = std::getenv("DDPC_GEMM_EPILOGUE");
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 /// The epilogue of ddpc_gemm_bias_act_f32 on the CPU: d[i, j] (row-major
@@ -138,6 +156,62 @@ inline void referenceBiasActivation(float *d, const float *bias, int64_t m,
         s = 0.0f;
       d[i * n + j] = s;
     }
+}
+
+/// Shapes of one ddpc_conv2d_f32 call (see the file comment).
+struct Conv2dShape {
+  int64_t n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH, dilationW;
+};
+
+/// ddpc_conv2d_f32 on the CPU, by its definition: for every (n, k, p, q,
+/// c, r, s) the product x[n, c, strideH*p + dilationH*r, strideW*q +
+/// dilationW*s] * w[k, c, r, s] contributes to y (kind 0), its x-gradient
+/// term w * y to x (kind 1) or its w-gradient term x * y to w (kind 2).
+/// Each written element is the float sum of its terms, in loop order,
+/// added to the old value when `accumulate`.
+inline void referenceConv2d(int32_t kind, const Conv2dShape &d, float *x,
+                            float *w, float *y, bool accumulate) {
+  auto xi = [&](int64_t n, int64_t c, int64_t h, int64_t ww) {
+    return ((n * d.c + c) * d.h + h) * d.w + ww;
+  };
+  auto wi = [&](int64_t k, int64_t c, int64_t r, int64_t s) {
+    return ((k * d.c + c) * d.r + r) * d.s + s;
+  };
+  auto yi = [&](int64_t n, int64_t k, int64_t p, int64_t q) {
+    return ((n * d.k + k) * d.p + p) * d.q + q;
+  };
+  float *out = kind == 0 ? y : kind == 1 ? x : w;
+  int64_t outSize = kind == 0   ? d.n * d.k * d.p * d.q
+                    : kind == 1 ? d.n * d.c * d.h * d.w
+                                : d.k * d.c * d.r * d.s;
+  std::vector<float> sum(static_cast<size_t>(outSize), 0.0f);
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t k = 0; k < d.k; ++k)
+      for (int64_t p = 0; p < d.p; ++p)
+        for (int64_t q = 0; q < d.q; ++q)
+          for (int64_t c = 0; c < d.c; ++c)
+            for (int64_t r = 0; r < d.r; ++r)
+              for (int64_t s = 0; s < d.s; ++s) {
+                int64_t ix = xi(n, c, d.strideH * p + d.dilationH * r,
+                                d.strideW * q + d.dilationW * s);
+                int64_t iw = wi(k, c, r, s), iy = yi(n, k, p, q);
+                if (kind == 0)
+                  sum[iy] += x[ix] * w[iw];
+                else if (kind == 1)
+                  sum[ix] += w[iw] * y[iy];
+                else
+                  sum[iw] += x[ix] * y[iy];
+              }
+  for (int64_t i = 0; i < outSize; ++i)
+    out[i] = accumulate ? out[i] + sum[i] : sum[i];
+}
+
+/// Whether ddpc_conv2d_f32 may use the library (DDPC_CUDNN unset or not
+/// "0"); with DDPC_CUDNN=0 it returns 0 and the im2col + GEMM lowering runs.
+/// Read on every call, like gemmEpiloguesEnabled().
+inline bool libraryConvEnabled() {
+  const char *v = std::getenv("DDPC_CUDNN");
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 } // namespace runtime

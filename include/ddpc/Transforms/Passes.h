@@ -99,7 +99,7 @@ std::unique_ptr<mlir::Pass> createGemmToLibraryCallPass();
 ///   %done = func.call @ddpc_gemm_bias_act_f32(m, n, k, transA, transB,
 ///                                             A, B, D, bias, act) : i32
 ///   scf.if (%done == 0) { <the GEMM call>; <the generic> }
-///         {ddpc.epilogue_fallback}
+///         {ddpc.library_fallback}
 /// The runtime runs one cuBLASLt matmul with the BIAS or RELU_BIAS epilogue
 /// (bias along the columns of the row-major D, the rows of cuBLAS's
 /// column-major view) and returns 1, or returns 0 when cuBLASLt has no
@@ -120,9 +120,17 @@ std::unique_ptr<mlir::Pass> createGemmEpiloguesPass();
 /// colT[(ic,kh,kw), n, (oh,ow)], dyT[oc, n, (oh,ow)] (a transpose) and one
 /// GEMM dw (OC x C*KH*KW) += dyT (OC x N*OH*OW) * colT^T. The input
 /// gradient dx[n,0,ic,sh*oh+dh*kh,sw*ow+dw*kw] += w[0,oc,ic,kh,kw] *
-/// dy[n,0,oc,oh,ow] becomes one batched GEMM into a zeroed temporary,
+/// dy[n,0,oc,oh,ow] becomes one batched GEMM that overwrites a temporary,
 /// dcol[n] (C*KH*KW x OH*OW) = w^T * dy[n], and col2im: a scatter-add
 /// generic dx[...] += dcol[n,(ic,kh,kw),(oh,ow)] for ddpc-scatter-to-atomic.
+/// When all three tensors are dense and the output size is cuDNN's for the
+/// padded input, each of the three is first tried as one library call,
+///   %done = func.call @ddpc_conv2d_f32(kind, N, C, H, W, OC, KH, KW, OH,
+///             OW, sh, sw, dh, dw, x, w, y, accumulate) : i32
+/// (kind 0 forward, 1 input gradient, 2 weight gradient; Gemm.h), and the
+/// lowering above runs in `scf.if (%done == 0) {ddpc.library_fallback}`.
+/// A zero fill of the written tensor found before the op is absorbed
+/// (accumulate = 0); for the input gradient it moves into the fallback.
 std::unique_ptr<mlir::Pass> createConvToGemmPass();
 
 /// `ddpc-scatter-to-atomic` (func.func, bufferized IR). A linalg.generic

@@ -58,6 +58,8 @@ std::mutex gInitMutex;
 /// Name of the last kernel launched (for error messages).
 const char *gLastKernel = "(none)";
 
+} // namespace
+
 /// DDPC_CUDA_SYNC_CHECK=1: wait for every kernel and GEMM right after it is
 /// queued and check for errors, so a failing kernel is named (device errors
 /// are otherwise reported by a later call). Slow; for diagnosis, like
@@ -80,6 +82,8 @@ void checkCompleted(const std::string &what) {
     fatalError("CUDA error in " + what + ": " + cudaGetErrorString(rc) +
                " (found by DDPC_CUDA_SYNC_CHECK)");
 }
+
+namespace {
 
 /// The driver API functions the runtime calls, resolved through the CUDA
 /// runtime (cudaGetDriverEntryPointByVersion, ABI of CUDA 12.0) rather than
@@ -509,6 +513,20 @@ private:
 };
 
 } // namespace
+
+namespace ddpc {
+namespace runtime {
+namespace cuda {
+bool profiling() { return Profiler::enabled(); }
+size_t profileBegin(const std::string &name) {
+  return Profiler::get().begin(name);
+}
+void profileEnd(size_t token) { Profiler::get().end(token); }
+} // namespace cuda
+} // namespace runtime
+} // namespace ddpc
+
+namespace {} // namespace
 
 extern "C" {
 

@@ -3,6 +3,7 @@
 // Part of ddpc's CUDA runtime (libddpc_cuda_runtime.a and
 // libddpc_cuda_train_runtime.a). Not installed; compiled code sees only the
 // C entry points (mgpu*, _mlir_memref_to_llvm_*, ddpc_gemm_f32,
+// ddpc_gemm_bias_act_f32, ddpc_conv2d_f32 (CudnnConv.cpp),
 // ddpc_gpu_host_sync, ddpc_rt_allreduce_sum_f32).
 //
 // One process per GPU: the device is the local rank (from the launcher's
@@ -18,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 namespace ddpc {
@@ -43,6 +45,21 @@ cudaStream_t computeStream();
 
 /// Checks a CUDA runtime API result.
 void check(cudaError_t result, const char *call);
+
+/// DDPC_CUDA_SYNC_CHECK=1: library calls and launches wait for the device
+/// and check it (checkCompleted) so a failure is named.
+bool syncCheck();
+
+/// In DDPC_CUDA_SYNC_CHECK mode: waits for the compute stream and ends the
+/// job naming `what` if the device reported an error; no-op otherwise.
+void checkCompleted(const std::string &what);
+
+/// DDPC_CUDA_PROFILE=1: whether device work is timed; profileBegin/End
+/// bracket one piece of it on the compute stream (events), reported per
+/// name at exit.
+bool profiling();
+size_t profileBegin(const std::string &name);
+void profileEnd(size_t token);
 
 /// Called while the host waits for the compute stream: checks NCCL for
 /// asynchronous errors and pending allreduces against the collective

@@ -1,0 +1,338 @@
+//===- CudnnConv.cpp - ddpc_conv2d_f32 on cuDNN ---------------------------===//
+//
+// Part of ddpc's CUDA runtime. Compiled code calls ddpc_conv2d_f32 (Gemm.h)
+// for every ungrouped 2-d convolution, its data gradient and its filter
+// gradient (ddpc-conv-to-gemm), and falls back to its own im2col + cuBLAS
+// lowering when the call returns 0.
+//
+// cuDNN is loaded with dlopen (libcudnn.so.9, which exports the convolution
+// API and loads its engine libraries itself), so programs neither link nor
+// require it: without it, or with DDPC_CUDNN=0, every call returns 0. Per
+// problem (kind and shapes) the descriptors, the algorithm (cuDNN's
+// heuristics, cudnnGet*Algorithm_v7, first supported FMA-math result: no
+// TF32, to match the CPU target's float32) and its workspace size are
+// cached; the workspace is one device buffer that grows as needed. A
+// problem cuDNN rejects is remembered and falls back from then on, with a
+// one-time note on stderr.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaRuntime.h"
+
+#include "ddpc/Runtime/Gemm.h"
+
+#include <cstdint>
+#include <cstdio>
+
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+
+#include <dlfcn.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+using namespace ddpc::runtime;
+
+namespace {
+
+/// The cuDNN functions used, resolved from libcudnn.so.9.
+struct CudnnApi {
+  decltype(&::cudnnCreate) create;
+  decltype(&::cudnnSetStream) setStream;
+  decltype(&::cudnnGetErrorString) getErrorString;
+  decltype(&::cudnnCreateTensorDescriptor) createTensor;
+  decltype(&::cudnnSetTensor4dDescriptor) setTensor4d;
+  decltype(&::cudnnCreateFilterDescriptor) createFilter;
+  decltype(&::cudnnSetFilter4dDescriptor) setFilter4d;
+  decltype(&::cudnnCreateConvolutionDescriptor) createConv;
+  decltype(&::cudnnSetConvolution2dDescriptor) setConv2d;
+  decltype(&::cudnnSetConvolutionMathType) setMathType;
+  decltype(&::cudnnGetConvolution2dForwardOutputDim) forwardOutputDim;
+  decltype(&::cudnnGetConvolutionForwardAlgorithm_v7) forwardAlgos;
+  decltype(&::cudnnGetConvolutionForwardWorkspaceSize) forwardWorkspace;
+  decltype(&::cudnnConvolutionForward) forward;
+  decltype(&::cudnnGetConvolutionBackwardDataAlgorithm_v7) dataAlgos;
+  decltype(&::cudnnGetConvolutionBackwardDataWorkspaceSize) dataWorkspace;
+  decltype(&::cudnnConvolutionBackwardData) backwardData;
+  decltype(&::cudnnGetConvolutionBackwardFilterAlgorithm_v7) filterAlgos;
+  decltype(&::cudnnGetConvolutionBackwardFilterWorkspaceSize) filterWorkspace;
+  decltype(&::cudnnConvolutionBackwardFilter) backwardFilter;
+};
+
+/// One cached problem: descriptors, algorithm and workspace bytes; `ok`
+/// false when cuDNN rejected it.
+struct Problem {
+  bool ok = false;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  int algo = 0;
+  size_t workspace = 0;
+};
+
+struct Cudnn {
+  CudnnApi api{};
+  cudnnHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+  std::map<std::array<int64_t, 14>, Problem> problems;
+  std::mutex mutex;
+};
+
+void note(const std::string &message) {
+  std::fprintf(stderr, "ddpc: note: %s\n", message.c_str());
+}
+
+/// The loaded library, or null (not installed, DDPC_CUDNN=0, or unusable;
+/// said once on stderr except for DDPC_CUDNN=0).
+Cudnn *cudnn() {
+  if (!libraryConvEnabled())
+    return nullptr;
+  static Cudnn *state = []() -> Cudnn * {
+    void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+      note("cuDNN (libcudnn.so.9) not found; convolutions run as im2col + "
+           "cuBLAS GEMMs");
+      return nullptr;
+    }
+    auto *s = new Cudnn; // Never destroyed: used until exit.
+    bool complete = true;
+    auto resolve = [&](const char *name, auto &fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+          dlsym(lib, name));
+      complete = complete && fn;
+    };
+    CudnnApi &a = s->api;
+    resolve("cudnnCreate", a.create);
+    resolve("cudnnSetStream", a.setStream);
+    resolve("cudnnGetErrorString", a.getErrorString);
+    resolve("cudnnCreateTensorDescriptor", a.createTensor);
+    resolve("cudnnSetTensor4dDescriptor", a.setTensor4d);
+    resolve("cudnnCreateFilterDescriptor", a.createFilter);
+    resolve("cudnnSetFilter4dDescriptor", a.setFilter4d);
+    resolve("cudnnCreateConvolutionDescriptor", a.createConv);
+    resolve("cudnnSetConvolution2dDescriptor", a.setConv2d);
+    resolve("cudnnSetConvolutionMathType", a.setMathType);
+    resolve("cudnnGetConvolution2dForwardOutputDim", a.forwardOutputDim);
+    resolve("cudnnGetConvolutionForwardAlgorithm_v7", a.forwardAlgos);
+    resolve("cudnnGetConvolutionForwardWorkspaceSize", a.forwardWorkspace);
+    resolve("cudnnConvolutionForward", a.forward);
+    resolve("cudnnGetConvolutionBackwardDataAlgorithm_v7", a.dataAlgos);
+    resolve("cudnnGetConvolutionBackwardDataWorkspaceSize", a.dataWorkspace);
+    resolve("cudnnConvolutionBackwardData", a.backwardData);
+    resolve("cudnnGetConvolutionBackwardFilterAlgorithm_v7", a.filterAlgos);
+    resolve("cudnnGetConvolutionBackwardFilterWorkspaceSize",
+            a.filterWorkspace);
+    resolve("cudnnConvolutionBackwardFilter", a.backwardFilter);
+    cudnnStatus_t st = CUDNN_STATUS_NOT_INITIALIZED;
+    if (complete)
+      st = a.create(&s->handle);
+    if (!complete || st != CUDNN_STATUS_SUCCESS ||
+        a.setStream(s->handle, cuda::computeStream()) != CUDNN_STATUS_SUCCESS) {
+      note(std::string("cuDNN is unusable (") +
+           (complete ? a.getErrorString(st) : "missing functions") +
+           "); convolutions run as im2col + cuBLAS GEMMs");
+      return nullptr;
+    }
+    return s;
+  }();
+  return state;
+}
+
+/// Algorithm choice from a cudnnGet*Algorithm_v7 list: the first result
+/// cuDNN supports that does not use tensor-core (TF32) math.
+template <typename Perf> int pickAlgo(const Perf *perf, int count) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+        perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
+        perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+      return static_cast<int>(perf[i].algo);
+  return -1;
+}
+
+/// Sets p.algo and p.workspace from cuDNN's heuristics for one convolution
+/// kind (`algos`: its cudnnGet*Algorithm_v7, `workspace`: its
+/// cudnnGet*WorkspaceSize, `descs`: their descriptors in cuDNN's order);
+/// returns why it failed, or "".
+template <typename Perf, typename Algo, typename AlgosFn, typename WorkspaceFn,
+          typename... Descs>
+std::string chooseAlgorithm(Cudnn &c, AlgosFn algos, WorkspaceFn workspace,
+                            const char *what, Problem &p, Descs... descs) {
+  constexpr int kMaxAlgos = 16;
+  Perf perf[kMaxAlgos];
+  int count = 0;
+  cudnnStatus_t st = algos(c.handle, descs..., kMaxAlgos, &count, perf);
+  if (st != CUDNN_STATUS_SUCCESS)
+    return std::string(what) + " algorithms: " + c.api.getErrorString(st);
+  p.algo = pickAlgo(perf, count);
+  if (p.algo < 0)
+    return "no supported FMA (non-TF32) algorithm";
+  st = workspace(c.handle, descs..., static_cast<Algo>(p.algo), &p.workspace);
+  if (st != CUDNN_STATUS_SUCCESS)
+    return std::string(what) + " workspace size: " + c.api.getErrorString(st);
+  return "";
+}
+
+/// Builds `p` for a problem of `kind`; returns why cuDNN rejects it, or "".
+std::string prepare(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p) {
+  CudnnApi &a = c.api;
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  auto fail = [&](cudnnStatus_t st, const char *what) -> std::string {
+    return st == CUDNN_STATUS_SUCCESS
+               ? std::string()
+               : std::string(what) + ": " + a.getErrorString(st);
+  };
+  std::string why;
+  auto step = [&](cudnnStatus_t st, const char *what) {
+    if (why.empty())
+      why = fail(st, what);
+    return why.empty();
+  };
+  step(a.createTensor(&p.x), "cudnnCreateTensorDescriptor");
+  step(a.createTensor(&p.y), "cudnnCreateTensorDescriptor");
+  step(a.createFilter(&p.w), "cudnnCreateFilterDescriptor");
+  step(a.createConv(&p.conv), "cudnnCreateConvolutionDescriptor");
+  if (!why.empty())
+    return why;
+  step(a.setTensor4d(p.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(d.n), i(d.c),
+                     i(d.h), i(d.w)),
+       "cudnnSetTensor4dDescriptor(x)");
+  step(a.setTensor4d(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(d.n), i(d.k),
+                     i(d.p), i(d.q)),
+       "cudnnSetTensor4dDescriptor(y)");
+  step(a.setFilter4d(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(d.k), i(d.c),
+                     i(d.r), i(d.s)),
+       "cudnnSetFilter4dDescriptor");
+  step(a.setConv2d(p.conv, 0, 0, i(d.strideH), i(d.strideW), i(d.dilationH),
+                   i(d.dilationW), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+       "cudnnSetConvolution2dDescriptor");
+  step(a.setMathType(p.conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  if (!why.empty())
+    return why;
+  int n = 0, k = 0, oh = 0, ow = 0;
+  if (!step(a.forwardOutputDim(p.conv, p.x, p.w, &n, &k, &oh, &ow),
+            "cudnnGetConvolution2dForwardOutputDim"))
+    return why;
+  if (n != d.n || k != d.k || oh != d.p || ow != d.q)
+    return "cuDNN computes a different output shape";
+  if (kind == 0)
+    why = chooseAlgorithm<cudnnConvolutionFwdAlgoPerf_t,
+                          cudnnConvolutionFwdAlgo_t>(
+        c, a.forwardAlgos, a.forwardWorkspace, "forward", p, p.x, p.w, p.conv,
+        p.y);
+  else if (kind == 1)
+    why = chooseAlgorithm<cudnnConvolutionBwdDataAlgoPerf_t,
+                          cudnnConvolutionBwdDataAlgo_t>(
+        c, a.dataAlgos, a.dataWorkspace, "backward data", p, p.w, p.y, p.conv,
+        p.x);
+  else
+    why = chooseAlgorithm<cudnnConvolutionBwdFilterAlgoPerf_t,
+                          cudnnConvolutionBwdFilterAlgo_t>(
+        c, a.filterAlgos, a.filterWorkspace, "backward filter", p, p.x, p.y,
+        p.conv, p.w);
+  if (!why.empty())
+    return why;
+  p.ok = true;
+  return "";
+}
+
+} // namespace
+
+extern "C" int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c,
+                                   int64_t h, int64_t w, int64_t k, int64_t r,
+                                   int64_t s, int64_t p, int64_t q,
+                                   int64_t strideH, int64_t strideW,
+                                   int64_t dilationH, int64_t dilationW,
+                                   int64_t x, int64_t filter, int64_t y,
+                                   int32_t accumulate) {
+  Cudnn *lib = cudnn();
+  if (!lib || kind < 0 || kind > 2)
+    return 0;
+  static const char *const kNames[] = {"forward", "backward data",
+                                       "backward filter"};
+  Conv2dShape d{n, c, h,       w,       k,         r,        s,
+                p, q, strideH, strideW, dilationH, dilationW};
+  std::lock_guard<std::mutex> lock(lib->mutex);
+  std::array<int64_t, 14> key = {
+      kind, n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH, dilationW};
+  auto shape = [&] {
+    return std::string(kNames[kind]) + " convolution x " + std::to_string(n) +
+           "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
+           std::to_string(w) + ", w " + std::to_string(k) + "x" +
+           std::to_string(c) + "x" + std::to_string(r) + "x" +
+           std::to_string(s) + ", stride " + std::to_string(strideH) + "," +
+           std::to_string(strideW) + ", dilation " + std::to_string(dilationH) +
+           "," + std::to_string(dilationW);
+  };
+  auto it = lib->problems.find(key);
+  if (it == lib->problems.end()) {
+    Problem problem;
+    std::string why = prepare(*lib, kind, d, problem);
+    if (!why.empty())
+      note("cuDNN declined the " + shape() + " (" + why +
+           "); it runs as im2col + cuBLAS GEMMs");
+    it = lib->problems.emplace(key, problem).first;
+  }
+  Problem &pr = it->second;
+  if (!pr.ok)
+    return 0;
+  cudaStream_t stream = cuda::computeStream();
+  if (pr.workspace > lib->workspaceBytes) {
+    // Earlier calls may still use the old buffer: free it in stream order.
+    if (lib->workspace)
+      cuda::check(cudaFreeAsync(lib->workspace, stream),
+                  "cudaFreeAsync (cuDNN workspace)");
+    cuda::check(cudaMallocAsync(&lib->workspace, pr.workspace, stream),
+                "cudaMallocAsync (cuDNN workspace)");
+    lib->workspaceBytes = pr.workspace;
+  }
+  if (cuda::syncCheck())
+    cuda::checkCompleted("the kernels before the cuDNN " + shape());
+  size_t token = cuda::profiling() ? cuda::profileBegin("cudnn " + shape()) : 0;
+  const float one = 1.0f, zero = 0.0f;
+  const float *beta = accumulate ? &one : &zero;
+  auto *xp = reinterpret_cast<float *>(x);
+  auto *wp = reinterpret_cast<float *>(filter);
+  auto *yp = reinterpret_cast<float *>(y);
+  CudnnApi &a = lib->api;
+  cudnnStatus_t st;
+  if (kind == 0)
+    st = a.forward(lib->handle, &one, pr.x, xp, pr.w, wp, pr.conv,
+                   static_cast<cudnnConvolutionFwdAlgo_t>(pr.algo),
+                   lib->workspace, pr.workspace, beta, pr.y, yp);
+  else if (kind == 1)
+    st = a.backwardData(lib->handle, &one, pr.w, wp, pr.y, yp, pr.conv,
+                        static_cast<cudnnConvolutionBwdDataAlgo_t>(pr.algo),
+                        lib->workspace, pr.workspace, beta, pr.x, xp);
+  else
+    st = a.backwardFilter(lib->handle, &one, pr.x, xp, pr.y, yp, pr.conv,
+                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(pr.algo),
+                          lib->workspace, pr.workspace, beta, pr.w, wp);
+  if (cuda::profiling())
+    cuda::profileEnd(token);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    // Rejected when queued (nothing ran): fall back from now on.
+    note("cuDNN failed on the " + shape() + " (" + a.getErrorString(st) +
+         "); it runs as im2col + cuBLAS GEMMs from now on");
+    pr.ok = false;
+    return 0;
+  }
+  if (cuda::syncCheck())
+    cuda::checkCompleted("cuDNN " + shape());
+  return 1;
+}
+
+#else // No cudnn.h at build time: always the im2col + GEMM lowering.
+
+extern "C" int32_t ddpc_conv2d_f32(int32_t, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, int32_t) {
+  return 0;
+}
+
+#endif
