@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Driver/Driver.h"
+#include "ddpc/Target/CUDA/FatBinary.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
@@ -50,7 +51,7 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
              const std::string &runtimeLibDir, bool captureStages,
              const std::string &cpu, unsigned optLevel, bool fuseElementwise,
              bool runChecker, const std::string &dumpIRDir, bool verbose,
-             bool vjp) {
+             bool vjp, const std::string &cudaArch) {
   ddpc::CompileOptions options;
   options.inputPath = inputPath;
   options.outputPath = outputPath;
@@ -80,6 +81,18 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
   options.dumpIRDir = dumpIRDir;
   options.verbose = verbose;
   options.vjp = vjp;
+  if (!cudaArch.empty()) {
+    std::string error;
+    if (target != "cuda") {
+      return {static_cast<int>(ddpc::kCompileError),
+              "cuda_arch applies to target='cuda' only (this is target='" +
+                  target + "')",
+              {},
+              ""};
+    }
+    if (!ddpc::parseCUDAArchs(cudaArch, options.cudaArchs, error))
+      return {static_cast<int>(ddpc::kCompileError), error, {}, ""};
+  }
 
   // Copy the model out of the Python object before releasing the GIL.
   std::string bytes;
@@ -136,18 +149,18 @@ NB_MODULE(_ddpc, m) {
       .def_rw("freeze", &ddpc::TrainOptions::freeze)
       .def_rw("sync_batchnorm", &ddpc::TrainOptions::syncBatchNorm);
 
-  m.def("compile", &compileModel, "output_path"_a, "emit"_a,
-        "input_path"_a = "", "model_bytes"_a = nb::none(), "model_dir"_a = "",
-        "target"_a = "cpu", "dims"_a = std::map<std::string, int64_t>(),
-        "batch_size"_a = nb::none(),
-        "bound_inputs"_a = std::map<std::string, BoundInput>(),
-        "train"_a = nb::none(), "runtime_lib_dir"_a = "",
-        "capture_stages"_a = false, "cpu"_a = "native", "opt_level"_a = 3,
-        "fuse_elementwise"_a = true, "run_checker"_a = true,
-        "dump_ir_dir"_a = "", "verbose"_a = false, "vjp"_a = false,
-        "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
-        "else from `input_path`. Returns (status, error, stages, report_json) "
-        "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "
-        "the one-line message. An empty `runtime_lib_dir` means the build's "
-        "DEFAULT_RUNTIME_LIB_DIR.");
+  m.def(
+      "compile", &compileModel, "output_path"_a, "emit"_a, "input_path"_a = "",
+      "model_bytes"_a = nb::none(), "model_dir"_a = "", "target"_a = "cpu",
+      "dims"_a = std::map<std::string, int64_t>(), "batch_size"_a = nb::none(),
+      "bound_inputs"_a = std::map<std::string, BoundInput>(),
+      "train"_a = nb::none(), "runtime_lib_dir"_a = "",
+      "capture_stages"_a = false, "cpu"_a = "native", "opt_level"_a = 3,
+      "fuse_elementwise"_a = true, "run_checker"_a = true, "dump_ir_dir"_a = "",
+      "verbose"_a = false, "vjp"_a = false, "cuda_arch"_a = "",
+      "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
+      "else from `input_path`. Returns (status, error, stages, report_json) "
+      "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "
+      "the one-line message. An empty `runtime_lib_dir` means the build's "
+      "DEFAULT_RUNTIME_LIB_DIR.");
 }

@@ -87,12 +87,20 @@ std::string printOp(Operation *op) {
 /// Writes the IR after every pass into DIR/NNNN_<pass-argument>.mlir, or
 /// DIR/NNNN_<pass-argument>.<symbol>.mlir for a pass nested on a symbol
 /// (a func.func pass runs once per function). Four digits keep the files in
-/// pipeline order when listed by name.
+/// pipeline order when listed by name. Passes over function declarations,
+/// pass-manager adaptors and passes that left the module unchanged write no
+/// file.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
-  DumpIRInstrumentation(std::string dir, int *counter)
-      : dir(std::move(dir)), counter(*counter) {}
+  /// `counter` and `last` (the text of the last file written) are shared by
+  /// the pass managers of one compile.
+  DumpIRInstrumentation(std::string dir, int *counter, std::string *last)
+      : dir(std::move(dir)), counter(*counter), last(*last) {}
   void runAfterPass(Pass *pass, Operation *op) override {
+    if (pass->getName().contains("OpToOpPassAdaptor"))
+      return;
+    if (auto fn = dyn_cast<FunctionOpInterface>(op); fn && fn.isExternal())
+      return;
     std::string suffix;
     if (op->getParentOp())
       if (auto sym =
@@ -101,6 +109,10 @@ public:
     // Nested passes are dumped as the whole module.
     while (op->getParentOp())
       op = op->getParentOp();
+    std::string text = printOp(op);
+    if (text == last)
+      return;
+    last = std::move(text);
     StringRef arg = pass->getArgument();
     std::string name = arg.empty() ? pass->getName().str() : arg.str();
     SmallString<256> path(dir);
@@ -108,12 +120,13 @@ public:
         path,
         llvm::formatv("{0:d4}_{1}{2}.mlir", counter++, name, suffix).str());
     std::string err;
-    (void)writeFileAtomic(std::string(path), printOp(op), err);
+    (void)writeFileAtomic(std::string(path), last, err);
   }
 
 private:
   std::string dir;
   int &counter;
+  std::string &last;
 };
 
 struct TensorSig {
@@ -667,19 +680,35 @@ int compile(const CompileOptions &options, std::string &error,
   }
   if (!module) {
     error = importError.message;
+    // Name the file: "invalid model 'x.onnx': ...".
+    StringRef prefix = "invalid model:";
+    if (!options.inputPath.empty() && StringRef(error).starts_with(prefix))
+      error = "invalid model '" + options.inputPath +
+              "':" + error.substr(prefix.size());
     return importError.kind == ImportErrorKind::Unsupported
                ? kCompileUnsupported
                : kCompileError;
   }
+  std::string lastDump; // --dump-ir: the text of the last file written.
   if (!options.dumpIRDir.empty()) {
     if (auto ec = llvm::sys::fs::create_directories(options.dumpIRDir)) {
       error = "cannot create --dump-ir folder '" + options.dumpIRDir +
               "': " + ec.message();
       return kCompileError;
     }
+    // Dumps of an earlier compile would mix with this one's.
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(options.dumpIRDir, ec), end;
+         it != end && !ec; it.increment(ec)) {
+      StringRef file = llvm::sys::path::filename(it->path());
+      if (file.ends_with(".mlir") && file.size() > 5 &&
+          llvm::all_of(file.take_front(4), llvm::isDigit) && file[4] == '_')
+        (void)llvm::sys::fs::remove(it->path());
+    }
     SmallString<256> p(options.dumpIRDir);
     llvm::sys::path::append(p, "0000_import.mlir");
-    if (!writeFileAtomic(std::string(p), printOp(*module), error))
+    lastDump = printOp(*module);
+    if (!writeFileAtomic(std::string(p), lastDump, error))
       return kCompileError;
   }
   if (options.emit == EmitKind::MLIR && !training && !options.vjp)
@@ -711,7 +740,7 @@ int compile(const CompileOptions &options, std::string &error,
     PassManager pm(&context);
     if (!options.dumpIRDir.empty())
       pm.addInstrumentation(std::make_unique<DumpIRInstrumentation>(
-          options.dumpIRDir, &dumpCounter));
+          options.dumpIRDir, &dumpCounter, &lastDump));
     if (options.printIRAfterAll)
       pm.enableIRPrinting([](Pass *, Operation *) { return false; },
                           [](Pass *, Operation *) { return true; },

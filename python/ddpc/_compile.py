@@ -147,6 +147,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "dump_ir": None,  # folder for NNNN_<pass>.mlir dumps (CLI: --dump-ir)
     "verbose": False,  # progress lines on stderr
     "vjp": False,  # compile the vector-Jacobian product (CLI: --vjp)
+    "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
 }
 
 
@@ -194,6 +195,7 @@ class _Request:
             dump_ir_dir=os.fspath(o["dump_ir"]) if o["dump_ir"] else "",
             verbose=bool(o["verbose"]),
             vjp=bool(o["vjp"]),
+            cuda_arch=o["cuda_arch"] or "",
         )
         if status != mod.COMPILE_OK:
             raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)
@@ -262,7 +264,8 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
         target: code generation target: ``"cpu"`` (default), ``"cuda"``
             (GPU executables: :meth:`Program.save` / :meth:`Program.train`
             only, since :meth:`Program.run` needs a shared library, which
-            the CUDA target does not build; kernels for sm_80) or
+            the CUDA target does not build; kernels for sm_80 unless
+            ``cuda_arch="sm_80,sm_90"`` names others) or
             ``"cuda-emulate"`` (the CUDA target's kernel IR on the CPU,
             for tests).
         train: a :class:`TrainConfig` to build a training program, or None
@@ -277,7 +280,8 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
         **options: ``cpu`` (``"native"``), ``opt_level`` (3),
             ``fuse_elementwise`` (True), ``onnx_checker`` (True),
             ``runtime_lib_dir``, ``model_dir`` (external data folder for
-            bytes/ModelProto input), ``dump_ir`` (folder), ``verbose``.
+            bytes/ModelProto input), ``dump_ir`` (folder), ``verbose``,
+            ``cuda_arch`` (``target="cuda"`` only: ``"sm_80,sm_90"``).
 
     Returns:
         A :class:`Program`.

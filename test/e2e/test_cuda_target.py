@@ -103,6 +103,34 @@ def test_bad_cuda_options(ddpc, tmp_path):
     r = subprocess.run([ddpc, "compile", model, "--target", "tpu", "-o", str(tmp_path / "x")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "unknown --target 'tpu'" in r.stderr
+    # Architectures: well-formed but unknown to the NVPTX backend, and a
+    # list with an empty entry, fail in ddpc's own option check.
+    for arch, message in [("sm_81", "not a GPU architecture LLVM's NVPTX backend knows"),
+                          ("sm_80,", "has an empty entry")]:
+        r = subprocess.run([ddpc, "compile", model, "--target", "cuda", "--cuda-arch", arch,
+                            "--emit=ptx", "-o", str(tmp_path / "x.ptx")], capture_output=True, text=True)
+        assert r.returncode == 1 and message in r.stderr, (arch, r.stderr)
+        assert "ptxas" not in r.stderr and not (tmp_path / "x.ptx").exists()
+
+
+def test_dump_ir_folder_holds_one_compile(ddpc, tmp_path):
+    """--dump-ir clears an earlier compile's dumps, writes no file for a pass
+    that left the module unchanged or ran on a function declaration, and its
+    numbered names sort in pipeline order."""
+    d = tmp_path / "ir"
+    base = [ddpc, "compile", "--target", "cuda", "--batch-size", "8", "--dump-ir", str(d),
+            "-o", str(tmp_path / "prog")]
+    for model in ("examples/fashion_mnist/fmnist_cnn.onnx", "examples/digits/digits_mlp.onnx"):
+        r = subprocess.run([*base[:2], str(ROOT / model), *base[2:]], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in d.iterdir())
+    assert files[0] == "0000_import.mlir"
+    assert [int(f[:4]) for f in files] == list(range(len(files)))
+    texts = [(d / f).read_text() for f in files]
+    assert "digits" in texts[0] or "Gemm" in texts[0]
+    assert not any("Conv" in t for t in texts), "dumps of the earlier compile remain"
+    assert all(a != b for a, b in zip(texts, texts[1:])), "a dump repeats the previous one"
+    assert not any("ddpc_gemm_f32.mlir" in f or "OpToOpPassAdaptor" in f for f in files), files
 
 
 def ptx_entry_params(ptx: str) -> dict:

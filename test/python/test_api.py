@@ -149,6 +149,21 @@ def test_invalid_model_bytes_is_compile_error() -> None:
     assert not info.value.unsupported
 
 
+@pytest.mark.skipif(not pathlib.Path("/usr/local/cuda/bin/ptxas").exists(),
+                    reason="no CUDA toolkit (ptxas) at /usr/local/cuda")
+def test_cuda_arch_option() -> None:
+    """cuda_arch (CLI --cuda-arch) picks the architectures of target="cuda"
+    (the report lists them); a bad entry or another target is a
+    CompileError naming the option."""
+    prog = ddpc.compile(LENET, batch_size=2, target="cuda", cuda_arch="sm_90")
+    assert prog.report()["cuda"]["archs"] == ["sm_90"]
+    assert ddpc.compile(LENET, batch_size=2, target="cuda").report()["cuda"]["archs"] == ["sm_80"]
+    with pytest.raises(ddpc.CompileError, match="sm_81"):
+        ddpc.compile(LENET, batch_size=2, target="cuda", cuda_arch="sm_81")
+    with pytest.raises(ddpc.CompileError, match="cuda_arch applies to target='cuda'"):
+        ddpc.compile(LENET, batch_size=2, cuda_arch="sm_90")
+
+
 # -- run --------------------------------------------------------------------
 
 

@@ -35,11 +35,12 @@ static cl::opt<std::string>
 static cl::opt<std::string> target(
     "target",
     cl::desc("Code generation target: cpu (native code, MPI; default) or "
-             "cuda (generated CUDA kernels, cuBLAS GEMMs, NCCL allreduce; "
-             "one process per GPU, same program options), or "
+             "cuda (generated CUDA kernels, cuBLAS/cuBLASLt GEMMs, cuDNN "
+             "convolutions when libcudnn.so.9 is found at run time, NCCL "
+             "allreduce; one process per GPU, same program options), or "
              "cuda-emulate (testing: the CUDA target's kernel-level IR "
-             "run serially on the CPU, with a reference GEMM in place of "
-             "cuBLAS)"),
+             "run serially on the CPU, with reference GEMMs and "
+             "convolutions in place of cuBLAS and cuDNN)"),
     cl::init("cpu"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<std::string> cudaArch(
     "cuda-arch",
@@ -95,8 +96,9 @@ static cl::opt<int64_t>
               cl::init(0), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<std::string>
     dumpIR("dump-ir",
-           cl::desc("Write the IR after import and after every pass to "
-                    "DIR/NNNN_<pass>[.<function>].mlir"),
+           cl::desc("Write the IR after import and after every pass that "
+                    "changes it to DIR/NNNN_<pass>[.<function>].mlir "
+                    "(removes an earlier compile's dumps in DIR)"),
            cl::value_desc("DIR"), cl::sub(compileCmd), cl::cat(category));
 static cl::opt<bool> printAfterAll("mlir-print-ir-after-all",
                                    cl::desc("Print the IR after every pass "
@@ -237,7 +239,8 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
      << " (one loop nest or kernel each)\n";
   if (const json::Object *cuda = root->getObject("cuda")) {
     os << "  cuda: " << cuda->getInteger("kernels").value_or(0)
-       << " generated kernels\n";
+       << " generated kernels (with those that run only when cuDNN/cuBLASLt "
+          "decline a call)\n";
     if (const json::Array *fns = cuda->getArray("functions"))
       for (const json::Value &v : *fns) {
         const json::Object *f = v.getAsObject();
@@ -272,7 +275,16 @@ int main(int argc, char **argv) {
       "prog\n"
       "  ./prog --input NAME=x.npy ... --output-dir out/\n\n"
       "Run 'ddpc compile --help' for the compile options.\n"
-      "Exit codes: 0 success, 1 error, 2 unsupported op/attribute/dtype.\n");
+      "Exit codes: 0 success, 1 error, 2 unsupported op/attribute/dtype.\n\n"
+      "Environment of programs compiled with --target cuda (or "
+      "cuda-emulate):\n"
+      "  DDPC_CUDNN=0          convolutions as im2col + cuBLAS, not cuDNN\n"
+      "  DDPC_GEMM_EPILOGUE=0  GEMM and bias/ReLU kernel, not one cuBLASLt "
+      "call\n"
+      "  DDPC_CUDA_PROFILE=1   print device time per kernel/library call at "
+      "exit\n"
+      "  DDPC_CUDA_SYNC_CHECK=1  wait after every kernel and name the one "
+      "that fails\n");
 
   if (!compileCmd) {
     errs() << "ddpc: no command given; try 'ddpc compile --help'\n";

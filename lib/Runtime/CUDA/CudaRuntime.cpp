@@ -696,6 +696,7 @@ struct LtState {
 
 LtState &lt() {
   static LtState *state = [] {
+    computeStream();       // The workspace lives on the rank's device.
     auto *s = new LtState; // Never destroyed: used until exit.
     checkBlas(cublasLtCreate(&s->handle), "cublasLtCreate");
     check(cudaMalloc(&s->workspace, kLtWorkspaceBytes),

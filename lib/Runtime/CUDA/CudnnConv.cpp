@@ -128,11 +128,13 @@ Cudnn *cudnn() {
     resolve("cudnnGetConvolutionBackwardFilterWorkspaceSize",
             a.filterWorkspace);
     resolve("cudnnConvolutionBackwardFilter", a.backwardFilter);
+    // The handle belongs to the current device: choose the rank's first.
+    cudaStream_t stream = cuda::computeStream();
     cudnnStatus_t st = CUDNN_STATUS_NOT_INITIALIZED;
     if (complete)
       st = a.create(&s->handle);
     if (!complete || st != CUDNN_STATUS_SUCCESS ||
-        a.setStream(s->handle, cuda::computeStream()) != CUDNN_STATUS_SUCCESS) {
+        a.setStream(s->handle, stream) != CUDNN_STATUS_SUCCESS) {
       note(std::string("cuDNN is unusable (") +
            (complete ? a.getErrorString(st) : "missing functions") +
            "); convolutions run as im2col + cuBLAS GEMMs");

@@ -9,11 +9,15 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <cstdlib>
 #include <regex>
@@ -46,12 +50,41 @@ std::string findCUDAToolkit(const std::string &hint, std::string &error) {
   return "";
 }
 
+namespace {
+/// Whether LLVM's NVPTX backend (which writes the PTX) knows `chip`.
+bool knownByLLVM(const std::string &chip) {
+  static const bool initialized = [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTargetMC();
+    return true;
+  }();
+  (void)initialized;
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string err;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple.str(), err);
+  if (!target)
+    return true; // Not linked in: let the toolchain judge.
+  // Created for a chip every NVPTX backend knows (asking for `chip` itself
+  // would print a warning when unknown); isCPUStringValid checks its table.
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(
+      target->createMCSubtargetInfo(triple, "sm_75", ""));
+  return sti && sti->isCPUStringValid(chip);
+}
+} // namespace
+
 bool parseCUDAArchs(const std::string &list, std::vector<std::string> &archs,
                     std::string &error) {
   static const std::regex valid("sm_[0-9]{2,3}a?");
   archs.clear();
   SmallVector<StringRef> parts;
-  StringRef(list).split(parts, ',', -1, /*KeepEmpty=*/false);
+  StringRef(list).split(parts, ',', -1, /*KeepEmpty=*/true);
+  if (parts.size() > 1 &&
+      llvm::any_of(parts, [](StringRef p) { return p.trim().empty(); })) {
+    error = "--cuda-arch '" + list +
+            "' has an empty entry: expected a list such as sm_80,sm_90";
+    return false;
+  }
   for (StringRef p : parts) {
     std::string arch = p.trim().str();
     if (!std::regex_match(arch, valid)) {
@@ -62,6 +95,12 @@ bool parseCUDAArchs(const std::string &list, std::vector<std::string> &archs,
     if (std::atoi(arch.c_str() + 3) < 75) {
       error = "--cuda-arch " + arch +
               ": the CUDA 13 toolkit supports sm_75 and newer";
+      return false;
+    }
+    if (!knownByLLVM(arch)) {
+      error = "--cuda-arch " + arch +
+              ": not a GPU architecture LLVM's NVPTX backend knows (e.g. "
+              "sm_75, sm_80, sm_86, sm_89, sm_90, sm_100, sm_120)";
       return false;
     }
     if (std::find(archs.begin(), archs.end(), arch) == archs.end())
