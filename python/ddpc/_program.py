@@ -229,6 +229,13 @@ class Program:
                 "run() executes inference programs; this program was compiled "
                 "with train=TrainConfig(...): use train()"
             )
+        if self._request.target == "cuda":
+            raise RuntimeError(
+                "run() loads a shared library into this process, and "
+                "target='cuda' builds GPU executables only: use save(path) and "
+                "run the program on a GPU machine, or compile with "
+                "target='cuda-emulate' to run the CUDA target's code here"
+            )
         path = self._artifact("SHARED_LIBRARY", "libmodel.so")
         with self._lock:
             if self._shared is None:
@@ -264,7 +271,8 @@ class Program:
             ValueError: a missing or unknown input name, or a dtype or shape
                 that differs from the model's; the message names the input
                 and gives the expected and the received value.
-            RuntimeError: when called on a training program.
+            RuntimeError: when called on a training program or a
+                ``target="cuda"`` program (GPU executables only).
             CompileError: when code generation or linking fails.
         """
         if not isinstance(inputs, Mapping):

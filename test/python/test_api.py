@@ -158,6 +158,8 @@ def test_cuda_arch_option() -> None:
     prog = ddpc.compile(LENET, batch_size=2, target="cuda", cuda_arch="sm_90")
     assert prog.report()["cuda"]["archs"] == ["sm_90"]
     assert ddpc.compile(LENET, batch_size=2, target="cuda").report()["cuda"]["archs"] == ["sm_80"]
+    with pytest.raises(RuntimeError, match="use save"):
+        prog.run({"input": np.zeros((2, 1, 28, 28), np.float32)})
     with pytest.raises(ddpc.CompileError, match="sm_81"):
         ddpc.compile(LENET, batch_size=2, target="cuda", cuda_arch="sm_81")
     with pytest.raises(ddpc.CompileError, match="cuda_arch applies to target='cuda'"):
