@@ -40,14 +40,17 @@ int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k, int32_t transA,
 int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
                         int64_t w, int64_t k, int64_t r, int64_t s, int64_t p,
                         int64_t q, int64_t strideH, int64_t strideW,
-                        int64_t dilationH, int64_t dilationW, int64_t x,
-                        int64_t filter, int64_t y, int32_t accumulate) {
+                        int64_t dilationH, int64_t dilationW, int64_t groups,
+                        int64_t x, int64_t filter, int64_t y,
+                        int32_t accumulate) {
   if (!ddpc::runtime::libraryConvEnabled())
     return 0;
-  ddpc::runtime::referenceConv2d(
-      kind, {n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH, dilationW},
-      reinterpret_cast<float *>(x), reinterpret_cast<float *>(filter),
-      reinterpret_cast<float *>(y), accumulate != 0);
+  ddpc::runtime::referenceConv2d(kind,
+                                 {n, c, h, w, k, r, s, p, q, strideH, strideW,
+                                  dilationH, dilationW, groups},
+                                 reinterpret_cast<float *>(x),
+                                 reinterpret_cast<float *>(filter),
+                                 reinterpret_cast<float *>(y), accumulate != 0);
   return 1;
 }
 

@@ -532,13 +532,13 @@ struct ConvToGemmPass
   /// dx of the input gradient) is indexed [n, g, ic, sh*oh + dh*kh,
   /// sw*ow + dw*kw] and static float32; the other two operands, in operand
   /// order, are dense float32 with the given dims; loops are parallel as
-  /// given; one group. Sizes: K = C*KH*KW (window elements), P = OH*OW
-  /// (output positions).
+  /// given. Sizes: G groups of C input and OC output channels each, K =
+  /// C*KH*KW (window elements), P = OH*OW (output positions).
   struct ConvMatch {
     Value windowed;
     SmallVector<Value, 2> others;
     std::pair<int64_t, int64_t> hw, ww;
-    int64_t N, OC, OH, OW, C, KH, KW, K, P;
+    int64_t N, G, OC, OH, OW, C, KH, KW, K, P;
   };
   static std::optional<ConvMatch>
   matchConv(linalg::GenericOp op, ArrayRef<bool> parallel, unsigned windowed,
@@ -571,11 +571,11 @@ struct ConvToGemmPass
     SmallVector<int64_t> r = op.getStaticLoopRanges();
     auto xt = dyn_cast<MemRefType>(m.windowed.getType());
     if (!hw || !ww || !xt || !xt.hasStaticShape() ||
-        !xt.getElementType().isF32() || r[1] != 1)
+        !xt.getElementType().isF32())
       return std::nullopt;
     m.hw = *hw;
     m.ww = *ww;
-    m.N = r[0], m.OC = r[2], m.OH = r[3], m.OW = r[4];
+    m.N = r[0], m.G = r[1], m.OC = r[2], m.OH = r[3], m.OW = r[4];
     m.C = r[5], m.KH = r[6], m.KW = r[7];
     m.K = m.C * m.KH * m.KW, m.P = m.OH * m.OW;
     return m;
@@ -637,13 +637,13 @@ struct ConvToGemmPass
   /// When the convolution can go to the library (cuDNN on the GPU: dense
   /// operands, and the output size cuDNN derives from the padded input),
   /// emits before `op`
-  ///   %done = ddpc_conv2d_f32(kind, N, C, H, W, OC, KH, KW, OH, OW, sh, sw,
-  ///                           dh, dw, x, w, y, accumulate) : i32
+  ///   %done = ddpc_conv2d_f32(kind, N, G*C, H, W, G*OC, KH, KW, OH, OW, sh,
+  ///                           sw, dh, dw, G, x, w, y, accumulate) : i32
   ///   scf.if (%done == 0) {} {ddpc.library_fallback}
   /// and moves `op` into the scf.if, so its GEMM lowering becomes the
-  /// fallback. x [N, C, H, W] is the padded input (kForward,
-  /// kBackwardFilter) or its gradient (kBackwardData), w [OC, C, KH, KW]
-  /// the weights or their gradient, y [N, OC, OH, OW] the output or its
+  /// fallback. x [N, G*C, H, W] is the padded input (kForward,
+  /// kBackwardFilter) or its gradient (kBackwardData), w [G*OC, C, KH, KW]
+  /// the weights or their gradient, y [N, G*OC, OH, OW] the output or its
   /// gradient. Returns false (nothing emitted) otherwise.
   static bool emitLibraryConv(linalg::GenericOp op, ConvKind kind,
                               const ConvMatch &m, Value x, Value w, Value y,
@@ -663,11 +663,11 @@ struct ConvToGemmPass
     auto i32 = [&](int64_t v) { return arg.integer(v, 32); };
     auto ptr = [&](Value mem) { return arg.pointer(mem); };
     SmallVector<Value> args = {
-        i32(kind),        i64(m.N),         i64(m.C),        i64(h),
-        i64(wd),          i64(m.OC),        i64(m.KH),       i64(m.KW),
+        i32(kind),        i64(m.N),         i64(m.G * m.C),  i64(h),
+        i64(wd),          i64(m.G * m.OC),  i64(m.KH),       i64(m.KW),
         i64(m.OH),        i64(m.OW),        i64(m.hw.first), i64(m.ww.first),
-        i64(m.hw.second), i64(m.ww.second), ptr(x),          ptr(w),
-        ptr(y),           i32(accumulate)};
+        i64(m.hw.second), i64(m.ww.second), i64(m.G),        ptr(x),
+        ptr(w),           ptr(y),           i32(accumulate)};
     auto fn = getOrDeclare(
         op->getParentOfType<ModuleOp>(), kConvFn,
         b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
@@ -696,6 +696,20 @@ struct ConvToGemmPass
     return rewriteInputGradient(op);
   }
 
+  /// A grouped convolution (G > 1) of `kind` goes to the library only; the
+  /// fallback is the original generic (a generated kernel), which
+  /// accumulates, so a zero fill of the written tensor moves into it.
+  static LogicalResult rewriteGrouped(linalg::GenericOp op, ConvKind kind,
+                                      const ConvMatch &m, Value x, Value w,
+                                      Value y, Value written) {
+    Operation *fill = findZeroFillOf(op, written);
+    if (!emitLibraryConv(op, kind, m, x, w, y, /*accumulate=*/!fill))
+      return failure();
+    if (fill)
+      fill->moveBefore(op);
+    return success();
+  }
+
   /// Matches the importer's input gradient of a convolution (all loops
   /// reduce): dx[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] += w[g,oc,ic,kh,kw] *
   /// dy[n,g,oc,oh,ow] (inputs in either order), one group. It becomes one
@@ -720,6 +734,8 @@ struct ConvToGemmPass
       return failure();
     }
     Value dx = m->windowed;
+    if (m->G != 1)
+      return rewriteGrouped(op, kBackwardData, *m, dx, w, dy, dx);
     int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
             KW = m->KW, K = m->K, P = m->P;
     Location loc = op.getLoc();
@@ -779,6 +795,8 @@ struct ConvToGemmPass
     if (!m)
       return failure();
     Value x = m->windowed, dy = m->others[0], dw = m->others[1];
+    if (m->G != 1)
+      return rewriteGrouped(op, kBackwardFilter, *m, x, dw, dy, dw);
     int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
             KW = m->KW, K = m->K, P = m->P;
     bool zeroed = eraseZeroFillOf(op, dw);
@@ -827,6 +845,8 @@ struct ConvToGemmPass
     if (!m)
       return failure();
     Value x = m->windowed, w = m->others[0], y = m->others[1];
+    if (m->G != 1)
+      return rewriteGrouped(op, kForward, *m, x, w, y, y);
     int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
             KW = m->KW, K = m->K, P = m->P;
     bool zeroed = eraseZeroFillOf(op, y);

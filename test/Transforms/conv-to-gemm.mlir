@@ -3,13 +3,13 @@
 // Tests ddpc-conv-to-gemm on the importer's convolution generic: batch 2,
 // 3 input channels of 6x6 (already padded), 4 output channels, 3x3 window,
 // stride 1. First the library call (cuDNN on the GPU): kind 0 (forward),
-// N, C, H, W = 2, 3, 6, 6, OC, KH, KW = 4, 3, 3, OH, OW = 4, 4, strides and
-// dilations 1, x, w, y, accumulate 1. Its fallback, run when it returns 0:
+// N, C, H, W = 2, 3, 6, 6, OC, KH, KW = 4, 3, 3, OH, OW = 4, 4, strides,
+// dilations and groups 1, x, w, y, accumulate 1. Its fallback, run when it returns 0:
 // im2col into col[2, 3*3*3, 4*4] and one GEMM per sample,
 // y[n] (4 x 16) += w (4 x 27) * col[n] (27 x 16), with the weights shared
 // by the batch (stride 0); the strides of col and y are 27*16 and 4*16.
 // CHECK-LABEL: func.func @conv(
-// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(%c0_i32, %c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c4_i64, %c3_i64_1, %c3_i64_2, %c4_i64_3, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c1_i32) {ddpc.library = "cudnn"}
+// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(%c0_i32, %c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c4_i64, %c3_i64_1, %c3_i64_2, %c4_i64_3, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %c1_i64_8, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c1_i32) {ddpc.library = "cudnn"}
 // CHECK: %[[DECLINED:.*]] = arith.cmpi eq, %[[DONE]], %c0_i32
 // CHECK: scf.if %[[DECLINED]] {
 // CHECK: %[[COL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x16xf32>
@@ -66,11 +66,15 @@ func.func @strided(%x: memref<1x1x2x9x9xf32>, %w: memref<1x2x2x3x3xf32>, %y: mem
 
 // -----
 
-// Grouped (depthwise) convolutions stay generated kernels.
+// Grouped (here depthwise: 3 groups of one channel) convolutions go to the
+// library with C = 3, OC = 3 and 3 groups; the fallback is the generic
+// itself (a generated kernel), no GEMM.
 // CHECK-LABEL: func.func @grouped(
-// CHECK-NOT: ddpc_conv2d_f32
+// CHECK: call @ddpc_conv2d_f32(%c0_i32, %c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c3_i64_1, %c3_i64_2, %c3_i64_3, %c4_i64, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %c3_i64_8,
+// CHECK: scf.if
+// CHECK-NEXT: linalg.generic
 // CHECK-NOT: ddpc_gemm_f32
-// CHECK: linalg.generic
+// CHECK: } {ddpc.library_fallback}
 #xg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
 #wg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
 #yg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>

@@ -72,10 +72,17 @@ def test_lowered_ir_uses_library_gemm_and_atomics(ddpc):
     assert "llvm.atomicrmw fadd" in ir
 
 
-def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations):
-    """Forward and VJP of a 2-d ungrouped Conv in float64, one window
-    position (kh, kw) at a time: y += w[:, :, kh, kw] . x_window, and its
-    transposes. Independent of ddpc's im2col/col2im formulation."""
+def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations, group=1):
+    """Forward and VJP of a 2-d Conv in float64, group by group and one
+    window position (kh, kw) at a time: y += w[:, :, kh, kw] . x_window, and
+    its transposes. Independent of ddpc's im2col/col2im formulation."""
+    if group > 1:
+        cg, kg = x.shape[1] // group, w.shape[0] // group
+        parts = [conv_vjp_numpy(x[:, g * cg:(g + 1) * cg], w[g * kg:(g + 1) * kg],
+                                b[g * kg:(g + 1) * kg], dy[:, g * kg:(g + 1) * kg],
+                                strides, pads, dilations) for g in range(group)]
+        return tuple(np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0)
+                     for i in range(4))
     x, w, dy = (a.astype(np.float64) for a in (x, w, dy))
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilations, pads
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
@@ -100,6 +107,8 @@ def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations):
     dict(strides=[2, 2], pads=[1, 1, 1, 1]),
     dict(strides=[1, 2], dilations=[2, 1], pads=[1, 0, 0, 2]),
     dict(strides=[3, 3], kernel_shape=[2, 2]),  # windows do not overlap
+    dict(group=3, pads=[1, 1, 1, 1]),  # depthwise: 3 groups of one channel
+    dict(group=2, strides=[2, 1]),  # 2 groups of 2 input, 2 output channels
 ])
 def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     """Forward, input, weight and bias gradients of a float32 Conv through
@@ -112,7 +121,9 @@ def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     ddpc_py = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
     from onnx import TensorProto, helper
     kh, kw = attrs.get("kernel_shape", [3, 2])
-    shapes = {"x": [2, 3, 9, 8], "w": [4, 3, kh, kw], "b": [4]}
+    group = attrs.get("group", 1)
+    c, oc = {1: (3, 4), 2: (4, 4), 3: (3, 3)}[group]
+    shapes = {"x": [2, c, 9, 8], "w": [oc, c // group, kh, kw], "b": [oc]}
     F = TensorProto.FLOAT
     g = helper.make_graph(
         [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], "conv",
@@ -125,7 +136,8 @@ def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     # with a GEMM in its fallback.
     lowered = prog.ir(prog.stages[-1])
     assert lowered.count("llvm.call @ddpc_conv2d_f32(") == 3
-    assert lowered.count("llvm.call @ddpc_gemm_f32(") == 3
+    # (Grouped convolutions fall back to generated kernels, not GEMMs.)
+    assert lowered.count("llvm.call @ddpc_gemm_f32(") == (3 if group == 1 else 0)
     rng = np.random.default_rng(11)
     feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     dy_shape = tuple(next(s.shape for s in prog.inputs if s.name == "d_y"))
@@ -133,7 +145,7 @@ def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     got = prog.run(feeds)
     want = conv_vjp_numpy(feeds["x"], feeds["w"], feeds["b"], feeds["d_y"],
                           attrs.get("strides", [1, 1]), attrs.get("pads", [0] * 4),
-                          attrs.get("dilations", [1, 1]))
+                          attrs.get("dilations", [1, 1]), group)
     for name, ref in zip(["y", "d_x", "d_w", "d_b"], want):
         np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
 

@@ -39,11 +39,12 @@
 //                           int64_t w, int64_t k, int64_t r, int64_t s,
 //                           int64_t p, int64_t q, int64_t strideH,
 //                           int64_t strideW, int64_t dilationH,
-//                           int64_t dilationW, int64_t X, int64_t W,
-//                           int64_t Y, int32_t accumulate);
-// on dense NCHW float32 tensors X [n, c, h, w] (already padded), W [k, c, r,
-// s] and Y [n, k, p, q], p = (h - dilationH*(r-1) - 1)/strideH + 1 (q
-// likewise), cross-correlation without padding:
+//                           int64_t dilationW, int64_t groups, int64_t X,
+//                           int64_t W, int64_t Y, int32_t accumulate);
+// on dense NCHW float32 tensors X [n, c, h, w] (already padded), W [k,
+// c/groups, r, s] and Y [n, k, p, q], p = (h - dilationH*(r-1) - 1)/strideH
+// + 1 (q likewise), cross-correlation without padding, output channel o
+// reading the input channels of its group (o / (k/groups)):
 //   kind 0 (forward):         Y (+)= conv(X, W)
 //   kind 1 (backward data):   X (+)= dconv/dX^T applied to Y (Y is dY)
 //   kind 2 (backward filter): W (+)= dconv/dW^T applied to Y (Y is dY)
@@ -160,13 +161,15 @@ inline void referenceBiasActivation(float *d, const float *bias, int64_t m,
 
 /// Shapes of one ddpc_conv2d_f32 call (see the file comment).
 struct Conv2dShape {
-  int64_t n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH, dilationW;
+  int64_t n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH, dilationW,
+      groups;
 };
 
 /// ddpc_conv2d_f32 on the CPU, by its definition: for every (n, k, p, q,
-/// c, r, s) the product x[n, c, strideH*p + dilationH*r, strideW*q +
-/// dilationW*s] * w[k, c, r, s] contributes to y (kind 0), its x-gradient
-/// term w * y to x (kind 1) or its w-gradient term x * y to w (kind 2).
+/// c, r, s), c one of the c/groups input channels of k's group, the product
+/// x[n, g*c/groups + c, strideH*p + dilationH*r, strideW*q + dilationW*s] *
+/// w[k, c, r, s] contributes to y (kind 0), its x-gradient term w * y to x
+/// (kind 1) or its w-gradient term x * y to w (kind 2).
 /// Each written element is the float sum of its terms, in loop order,
 /// added to the old value when `accumulate`.
 inline void referenceConv2d(int32_t kind, const Conv2dShape &d, float *x,
@@ -174,8 +177,9 @@ inline void referenceConv2d(int32_t kind, const Conv2dShape &d, float *x,
   auto xi = [&](int64_t n, int64_t c, int64_t h, int64_t ww) {
     return ((n * d.c + c) * d.h + h) * d.w + ww;
   };
+  int64_t cg = d.c / d.groups, kg = d.k / d.groups; // Per group.
   auto wi = [&](int64_t k, int64_t c, int64_t r, int64_t s) {
-    return ((k * d.c + c) * d.r + r) * d.s + s;
+    return ((k * cg + c) * d.r + r) * d.s + s;
   };
   auto yi = [&](int64_t n, int64_t k, int64_t p, int64_t q) {
     return ((n * d.k + k) * d.p + p) * d.q + q;
@@ -183,17 +187,18 @@ inline void referenceConv2d(int32_t kind, const Conv2dShape &d, float *x,
   float *out = kind == 0 ? y : kind == 1 ? x : w;
   int64_t outSize = kind == 0   ? d.n * d.k * d.p * d.q
                     : kind == 1 ? d.n * d.c * d.h * d.w
-                                : d.k * d.c * d.r * d.s;
+                                : d.k * cg * d.r * d.s;
   std::vector<float> sum(static_cast<size_t>(outSize), 0.0f);
   for (int64_t n = 0; n < d.n; ++n)
     for (int64_t k = 0; k < d.k; ++k)
       for (int64_t p = 0; p < d.p; ++p)
         for (int64_t q = 0; q < d.q; ++q)
-          for (int64_t c = 0; c < d.c; ++c)
+          for (int64_t c = 0; c < cg; ++c)
             for (int64_t r = 0; r < d.r; ++r)
               for (int64_t s = 0; s < d.s; ++s) {
-                int64_t ix = xi(n, c, d.strideH * p + d.dilationH * r,
-                                d.strideW * q + d.dilationW * s);
+                int64_t ix =
+                    xi(n, (k / kg) * cg + c, d.strideH * p + d.dilationH * r,
+                       d.strideW * q + d.dilationW * s);
                 int64_t iw = wi(k, c, r, s), iy = yi(n, k, p, q);
                 if (kind == 0)
                   sum[iy] += x[ix] * w[iw];

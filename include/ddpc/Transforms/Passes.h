@@ -131,6 +131,9 @@ std::unique_ptr<mlir::Pass> createGemmEpiloguesPass();
 /// lowering above runs in `scf.if (%done == 0) {ddpc.library_fallback}`.
 /// A zero fill of the written tensor found before the op is absorbed
 /// (accumulate = 0); for the input gradient it moves into the fallback.
+/// Grouped convolutions (G > 1) get the library call too (with the group
+/// count; C and OC then count all groups), and their fallback is the
+/// original generic.
 std::unique_ptr<mlir::Pass> createConvToGemmPass();
 
 /// `ddpc-scatter-to-atomic` (func.func, bufferized IR). A linalg.generic

@@ -51,6 +51,7 @@ struct CudnnApi {
   decltype(&::cudnnCreateConvolutionDescriptor) createConv;
   decltype(&::cudnnSetConvolution2dDescriptor) setConv2d;
   decltype(&::cudnnSetConvolutionMathType) setMathType;
+  decltype(&::cudnnSetConvolutionGroupCount) setGroupCount;
   decltype(&::cudnnGetConvolution2dForwardOutputDim) forwardOutputDim;
   decltype(&::cudnnGetConvolutionForwardAlgorithm_v7) forwardAlgos;
   decltype(&::cudnnGetConvolutionForwardWorkspaceSize) forwardWorkspace;
@@ -79,7 +80,7 @@ struct Cudnn {
   cudnnHandle_t handle = nullptr;
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
-  std::map<std::array<int64_t, 14>, Problem> problems;
+  std::map<std::array<int64_t, 15>, Problem> problems;
   std::mutex mutex;
 };
 
@@ -117,6 +118,7 @@ Cudnn *cudnn() {
     resolve("cudnnCreateConvolutionDescriptor", a.createConv);
     resolve("cudnnSetConvolution2dDescriptor", a.setConv2d);
     resolve("cudnnSetConvolutionMathType", a.setMathType);
+    resolve("cudnnSetConvolutionGroupCount", a.setGroupCount);
     resolve("cudnnGetConvolution2dForwardOutputDim", a.forwardOutputDim);
     resolve("cudnnGetConvolutionForwardAlgorithm_v7", a.forwardAlgos);
     resolve("cudnnGetConvolutionForwardWorkspaceSize", a.forwardWorkspace);
@@ -206,13 +208,14 @@ std::string prepare(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p) {
   step(a.setTensor4d(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(d.n), i(d.k),
                      i(d.p), i(d.q)),
        "cudnnSetTensor4dDescriptor(y)");
-  step(a.setFilter4d(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(d.k), i(d.c),
-                     i(d.r), i(d.s)),
+  step(a.setFilter4d(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(d.k),
+                     i(d.c / d.groups), i(d.r), i(d.s)),
        "cudnnSetFilter4dDescriptor");
   step(a.setConv2d(p.conv, 0, 0, i(d.strideH), i(d.strideW), i(d.dilationH),
                    i(d.dilationW), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
        "cudnnSetConvolution2dDescriptor");
   step(a.setMathType(p.conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  step(a.setGroupCount(p.conv, i(d.groups)), "cudnnSetConvolutionGroupCount");
   if (!why.empty())
     return why;
   int n = 0, k = 0, oh = 0, ow = 0;
@@ -249,26 +252,28 @@ extern "C" int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c,
                                    int64_t s, int64_t p, int64_t q,
                                    int64_t strideH, int64_t strideW,
                                    int64_t dilationH, int64_t dilationW,
-                                   int64_t x, int64_t filter, int64_t y,
-                                   int32_t accumulate) {
+                                   int64_t groups, int64_t x, int64_t filter,
+                                   int64_t y, int32_t accumulate) {
   Cudnn *lib = cudnn();
-  if (!lib || kind < 0 || kind > 2)
+  if (!lib || kind < 0 || kind > 2 || groups < 1 || c % groups || k % groups)
     return 0;
   static const char *const kNames[] = {"forward", "backward data",
                                        "backward filter"};
-  Conv2dShape d{n, c, h,       w,       k,         r,        s,
-                p, q, strideH, strideW, dilationH, dilationW};
+  Conv2dShape d{n, c, h,       w,       k,         r,         s,
+                p, q, strideH, strideW, dilationH, dilationW, groups};
   std::lock_guard<std::mutex> lock(lib->mutex);
-  std::array<int64_t, 14> key = {
-      kind, n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH, dilationW};
+  std::array<int64_t, 15> key = {
+      kind, n, c,       h,       w,         k,         r,     s,
+      p,    q, strideH, strideW, dilationH, dilationW, groups};
   auto shape = [&] {
     return std::string(kNames[kind]) + " convolution x " + std::to_string(n) +
            "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
            std::to_string(w) + ", w " + std::to_string(k) + "x" +
-           std::to_string(c) + "x" + std::to_string(r) + "x" +
+           std::to_string(c / groups) + "x" + std::to_string(r) + "x" +
            std::to_string(s) + ", stride " + std::to_string(strideH) + "," +
            std::to_string(strideW) + ", dilation " + std::to_string(dilationH) +
-           "," + std::to_string(dilationW);
+           "," + std::to_string(dilationW) +
+           (groups > 1 ? ", " + std::to_string(groups) + " groups" : "");
   };
   auto it = lib->problems.find(key);
   if (it == lib->problems.end()) {
@@ -333,7 +338,7 @@ extern "C" int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c,
 extern "C" int32_t ddpc_conv2d_f32(int32_t, int64_t, int64_t, int64_t, int64_t,
                                    int64_t, int64_t, int64_t, int64_t, int64_t,
                                    int64_t, int64_t, int64_t, int64_t, int64_t,
-                                   int64_t, int64_t, int32_t) {
+                                   int64_t, int64_t, int64_t, int32_t) {
   return 0;
 }
 
