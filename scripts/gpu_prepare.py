@@ -288,9 +288,12 @@ Run ON THE GPU MACHINE, from this folder:
     bash gpu-check.sh            # results: $OUT/gpu-check.json (or ./gpu-check.json)
 
 Needs there: an NVIDIA driver for CUDA 13 (>= 580), libcublas.so.13 +
-libcublasLt.so.13 and libnccl.so.2 (system CUDA folders or PyTorch's
+libcublasLt.so.13 and libnccl.so.2, optionally libcudnn.so.9 (else the
+convolutions run as im2col + cuBLAS) (system CUDA folders or PyTorch's
 site-packages/nvidia/*/lib; gpu-check.sh finds them), python3 with numpy,
 and PyTorch with CUDA for the comparison. No onnx, MPI or compiler.
+Diagnosis: DDPC_CUDA_SYNC_CHECK=1 names a failing kernel or library call;
+DDPC_CUDNN=0 / DDPC_GEMM_EPILOGUE=0 switch cuDNN / cuBLASLt epilogues off.
 PYTHON=/path/to/python3 selects the interpreter. Takes ~1-3 min on an H200
 (hard budget 7 min: DDPC_GPU_CHECK_BUDGET_S).
 
