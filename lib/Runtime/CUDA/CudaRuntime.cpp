@@ -86,10 +86,10 @@ void checkCompleted(const std::string &what) {
 namespace {
 
 /// The driver API functions the runtime calls, resolved through the CUDA
-/// runtime (cudaGetDriverEntryPointByVersion, ABI of CUDA 12.0) rather than
-/// by linking libcuda.so.1: without the NVIDIA driver a program then starts
-/// and ensureDevice() says what is missing, instead of the dynamic loader
-/// failing before main().
+/// runtime (cudaGetDriverEntryPointByVersion, ABI of CUDA 12.0; else dlsym
+/// in libcuda.so.1) rather than by linking libcuda.so.1: without the NVIDIA
+/// driver a program then starts and ensureDevice() says what is missing,
+/// instead of the dynamic loader failing before main().
 struct DriverApi {
   decltype(&::cuModuleLoadData) moduleLoadData = nullptr;
   decltype(&::cuModuleGetFunction) moduleGetFunction = nullptr;
@@ -107,11 +107,18 @@ const DriverApi &driver() {
           cudaDriverEntryPointSymbolNotFound;
       cudaError_t rc = cudaGetDriverEntryPointByVersion(
           name, &p, 12000, cudaEnableDefault, &found);
-      if (rc != cudaSuccess || found != cudaDriverEntryPointSuccess || !p)
+      if (rc != cudaSuccess || found != cudaDriverEntryPointSuccess || !p) {
+        // The classic way: the driver library's own export (unversioned
+        // names are the CUDA 12 ABI for these four functions).
+        static void *libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        p = libcuda ? dlsym(libcuda, name) : nullptr;
+      }
+      if (!p)
         fatalError(
             std::string("the NVIDIA driver does not provide ") + name +
             " (cudaGetDriverEntryPointByVersion: " + cudaGetErrorString(rc) +
-            "); install a driver for CUDA 13 (R580 or newer)");
+            "; not exported by libcuda.so.1 either); install a driver for "
+            "CUDA 13 (R580 or newer)");
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
     };
     resolve("cuModuleLoadData", a.moduleLoadData);
