@@ -77,6 +77,14 @@ bool resultsAre(AffineMap map, ArrayRef<unsigned> dims) {
   return true;
 }
 
+/// Copies `from`'s fusion-group labels (ddpc.fusion_group,
+/// ddpc.fused_nodes) to `to`, an op that now does (part of) its work.
+void copyLabels(Operation *from, Operation *to) {
+  for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+    if (Attribute v = from->getAttr(attr))
+      to->setAttr(attr, v);
+}
+
 /// Arguments of runtime calls, created at `b`'s insertion point: integer
 /// constants, and buffers as their aligned base address (i64), the form
 /// the runtime's C entry points take.
@@ -202,9 +210,7 @@ func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
   auto fn = getOrDeclare(module, kGemmFn,
                          b.getFunctionType(ValueRange(args).getTypes(), {}));
   auto call = func::CallOp::create(b, loc, fn, args);
-  for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
-    if (Attribute v = at->getAttr(attr))
-      call->setAttr(attr, v);
+  copyLabels(at, call);
   call->setAttr("ddpc.library", b.getStringAttr("cublas"));
   return call;
 }
@@ -435,9 +441,7 @@ struct GemmEpiloguesPass
         g->getParentOfType<ModuleOp>(), kGemmEpilogueFn,
         b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
     auto fused = func::CallOp::create(b, loc, fn, args);
-    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
-      if (Attribute v = g->getAttr(attr))
-        fused->setAttr(attr, v);
+    copyLabels(g, fused);
     fused->setAttr("ddpc.library", b.getStringAttr("cublasLt"));
     Value failed = arith::CmpIOp::create(
         b, loc, arith::CmpIPredicate::eq, fused.getResult(0),
@@ -682,12 +686,6 @@ struct ConvToGemmPass
     return true;
   }
 
-  static void copyLabels(Operation *from, Operation *to) {
-    for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
-      if (Attribute v = from->getAttr(attr))
-        to->setAttr(attr, v);
-  }
-
   LogicalResult rewrite(linalg::GenericOp op) {
     if (!isMulAdd(op))
       return failure();
@@ -712,7 +710,7 @@ struct ConvToGemmPass
 
   /// Matches the importer's input gradient of a convolution (all loops
   /// reduce): dx[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] += w[g,oc,ic,kh,kw] *
-  /// dy[n,g,oc,oh,ow] (inputs in either order), one group. It becomes one
+  /// dy[n,g,oc,oh,ow] (inputs in either order). With one group it becomes one
   /// batched GEMM that overwrites a temporary (beta = 0),
   ///   dcol[n] (K x P) = w^T (K x OC) * dy[n] (OC x P), w shared,
   /// and col2im, dx[n,0,ic,sh*oh+dh*kh,sw*ow+dw*kw] += dcol[n,(ic,kh,kw),
@@ -785,7 +783,7 @@ struct ConvToGemmPass
 
   /// Matches the importer's weight gradient of a convolution (same loops
   /// as the forward; n, oh, ow reduce):  dw[g,oc,ic,kh,kw] +=
-  /// x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] * dy[n,g,oc,oh,ow], one group. With
+  /// x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] * dy[n,g,oc,oh,ow]. With one group,
   /// colT[(ic,kh,kw), n, (oh,ow)] and dyT[oc, n, (oh,ow)] (a transpose
   /// kernel) it is one GEMM over the N*P positions:
   ///   dw (OC x K) += dyT (OC x N*P) * colT^T (N*P x K).
@@ -797,8 +795,7 @@ struct ConvToGemmPass
     Value x = m->windowed, dy = m->others[0], dw = m->others[1];
     if (m->G != 1)
       return rewriteGrouped(op, kBackwardFilter, *m, x, dw, dy, dw);
-    int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
-            KW = m->KW, K = m->K, P = m->P;
+    int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, K = m->K, P = m->P;
     bool zeroed = eraseZeroFillOf(op, dw);
     emitLibraryConv(op, kBackwardFilter, *m, x, dw, dy,
                     /*accumulate=*/!zeroed);
@@ -838,7 +835,7 @@ struct ConvToGemmPass
 
   /// Matches the importer's forward convolution (loops n, g, oc, oh, ow |
   /// ic, kh, kw):  y[n,g,oc,oh,ow] += x[n,g,ic,sh*oh+dh*kh,sw*ow+dw*kw] *
-  /// w[g,oc,ic,kh,kw], with one group and dense buffers.
+  /// w[g,oc,ic,kh,kw]; with one group, im2col + one batched GEMM.
   LogicalResult rewriteForward(linalg::GenericOp op) {
     auto m = matchConv(op, {true, true, true, true, true, false, false, false},
                        /*windowed=*/0, {1, 2, 5, 6, 7}, {0, 1, 2, 3, 4});
@@ -847,8 +844,7 @@ struct ConvToGemmPass
     Value x = m->windowed, w = m->others[0], y = m->others[1];
     if (m->G != 1)
       return rewriteGrouped(op, kForward, *m, x, w, y, y);
-    int64_t N = m->N, OC = m->OC, OH = m->OH, OW = m->OW, C = m->C, KH = m->KH,
-            KW = m->KW, K = m->K, P = m->P;
+    int64_t N = m->N, OC = m->OC, K = m->K, P = m->P;
     bool zeroed = eraseZeroFillOf(op, y);
     emitLibraryConv(op, kForward, *m, x, w, y, /*accumulate=*/!zeroed);
     OpBuilder b(op);
