@@ -56,17 +56,22 @@ struct CUDAPipelineOptions {
 };
 
 /// The target-independent half of the CUDA kernel stage, on bufferized IR:
-/// temporaries planned into one arena (ddpc-plan-arena), contractions to
-/// ddpc_gemm_f32 calls, additive scatters to atomic
-/// parallel loops, copies to linalg, every linalg op to one 1-d
-/// scf.parallel tiled by the block size (256) with bounds guards. The
-/// `cuda-emulate` target runs exactly this IR serially on the CPU.
+/// convolutions to ddpc_conv2d_f32 (cuDNN) calls with an im2col + GEMM
+/// fallback (ddpc-conv-to-gemm), temporaries planned into one arena
+/// (ddpc-plan-arena), contractions to ddpc_gemm_f32 calls, bias/ReLU
+/// epilogues to ddpc_gemm_bias_act_f32 (cuBLASLt) calls with a fallback,
+/// additive scatters to atomic parallel loops, copies to linalg, every
+/// linalg op to one 1-d scf.parallel tiled by the block size (256) with
+/// bounds guards. The `cuda-emulate` target runs exactly this IR serially
+/// on the CPU.
 void buildGPULoopPipeline(mlir::OpPassManager &pm);
 
-/// CUDA target, stage "gpu-kernels": on bufferized IR, contractions become
-/// ddpc_gemm_f32 (cuBLAS) calls, every other linalg op one outlined
-/// gpu.func (one thread per output element, blocks of 256), and host code
-/// waits for the compute stream before touching memory (ddpc-gpu-host-sync).
+/// CUDA target, stage "gpu-kernels": on bufferized IR, convolutions and
+/// contractions become library calls (above), every other linalg op one
+/// outlined gpu.func (one thread per output element, blocks of 256), and
+/// host code waits for the compute stream before touching memory
+/// (ddpc-gpu-host-sync). Host control flow stays structured (scf) until
+/// the "nvvm" stage, so the plan report can tell library fallbacks apart.
 void buildGPUKernelPipeline(mlir::OpPassManager &pm,
                             const CUDAPipelineOptions &options);
 
