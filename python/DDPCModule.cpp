@@ -147,7 +147,8 @@ NB_MODULE(_ddpc, m) {
       .def_rw("eps", &ddpc::TrainOptions::eps)
       .def_rw("grad_accum_steps", &ddpc::TrainOptions::gradAccumSteps)
       .def_rw("freeze", &ddpc::TrainOptions::freeze)
-      .def_rw("sync_batchnorm", &ddpc::TrainOptions::syncBatchNorm);
+      .def_rw("sync_batchnorm", &ddpc::TrainOptions::syncBatchNorm)
+      .def_rw("bucket_cap_mb", &ddpc::TrainOptions::bucketCapMB);
 
   m.def(
       "compile", &compileModel, "output_path"_a, "emit"_a, "input_path"_a = "",

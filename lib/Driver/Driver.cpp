@@ -464,6 +464,64 @@ std::string buildReport(ModuleOp module, StringRef modelName,
   return s;
 }
 
+/// Parses the plan `reportJSON`, lets `edit` change its root object and
+/// writes it back (left alone if it does not parse).
+void editReport(std::string &reportJSON,
+                llvm::function_ref<void(llvm::json::Object *)> edit) {
+  auto parsed = llvm::json::parse(reportJSON);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return;
+  }
+  edit(parsed->getAsObject());
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::json::Value(std::move(*parsed));
+  reportJSON = s;
+}
+
+/// Adds the gradient allreduce buckets (ddpc-bucket-gradient-allreduce) to
+/// `reportJSON`: "gradient_buckets" (per bucket: index, bytes, parameter
+/// names in ready order, the function and the position among its top-level
+/// ops after which the bucket starts: the ops after it overlap), and each
+/// bucket as an "allreduce_bucket" entry of "collectives" and
+/// "collective_bytes" (bytes per optimizer step).
+void addBucketReport(ModuleOp module, std::string &reportJSON) {
+  editReport(reportJSON, [&](llvm::json::Object *root) {
+    llvm::json::Array buckets;
+    llvm::json::Array *collectives = root->getArray("collectives");
+    int64_t total = root->getInteger("collective_bytes").value_or(0);
+    module.walk([&](func::CallOp call) {
+      auto kind = call->getAttrOfType<StringAttr>("ddpc.collective");
+      if (!kind || kind.getValue() != "allreduce_bucket")
+        return;
+      int64_t bytes = call->getAttrOfType<IntegerAttr>("ddpc.bytes").getInt();
+      llvm::json::Array params;
+      for (auto name : call->getAttrOfType<ArrayAttr>("ddpc.params")
+                           .getAsRange<StringAttr>())
+        params.push_back(name.str());
+      buckets.push_back(llvm::json::Object{
+          {"bucket", call->getAttrOfType<IntegerAttr>("ddpc.bucket").getInt()},
+          {"bytes", bytes},
+          {"params", std::move(params)},
+          {"function",
+           call->getParentOfType<func::FuncOp>().getSymName().str()},
+          {"start_op",
+           call->getAttrOfType<IntegerAttr>("ddpc.start_op").getInt()},
+          {"function_ops",
+           call->getAttrOfType<IntegerAttr>("ddpc.function_ops").getInt()}});
+      if (collectives)
+        collectives->push_back(
+            llvm::json::Object{{"op", "allreduce_bucket"}, {"bytes", bytes}});
+      total += bytes;
+    });
+    if (buckets.empty())
+      return;
+    (*root)["gradient_buckets"] = std::move(buckets);
+    (*root)["collective_bytes"] = total;
+  });
+}
+
 /// Adds the CUDA target's plan to `reportJSON`, from the IR after stage
 /// "gpu-kernels": per step function the kernel launches, cuBLAS GEMM calls
 /// (of which cuBLASLt GEMMs with a fused bias/ReLU epilogue), cuDNN
@@ -471,76 +529,68 @@ std::string buildReport(ModuleOp module, StringRef modelName,
 /// (ddpc-plan-arena), plus the architectures.
 void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
                    std::string &reportJSON) {
-  auto parsed = llvm::json::parse(reportJSON);
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
-    return;
-  }
-  llvm::json::Object *root = parsed->getAsObject();
-  llvm::json::Array functions;
-  int64_t kernels = 0;
-  module.walk([&](gpu::GPUFuncOp) { ++kernels; });
-  // Launches, GEMMs and fused-epilogue GEMMs of one call of `f`, including
-  // those of the module's functions it calls (the gradient allreduce
-  // helpers), once per call site.
-  struct Counts {
-    int64_t launches = 0, gemms = 0, epilogues = 0, convs = 0;
-  };
-  llvm::DenseMap<Operation *, Counts> counted;
-  std::function<Counts(func::FuncOp)> count = [&](func::FuncOp f) -> Counts {
-    if (auto it = counted.find(f); it != counted.end())
-      return it->second;
-    counted[f] = {}; // Recursion guard (the IR has no recursion).
-    Counts c;
-    // Fallbacks (ddpc.library_fallback) run only when a library declines.
-    f.walk<WalkOrder::PreOrder>([&](Operation *op) {
-      if (op->hasAttr("ddpc.library_fallback"))
-        return WalkResult::skip();
-      if (isa<gpu::LaunchFuncOp>(op)) {
-        ++c.launches;
-      } else if (auto call = dyn_cast<func::CallOp>(op)) {
-        bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
-        c.gemms += epilogue || call.getCallee() == "ddpc_gemm_f32";
-        c.epilogues += epilogue;
-        c.convs += call.getCallee() == "ddpc_conv2d_f32";
-        auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
-        if (callee && !callee.isExternal()) {
-          Counts inner = count(callee);
-          c.launches += inner.launches;
-          c.gemms += inner.gemms;
-          c.epilogues += inner.epilogues;
-          c.convs += inner.convs;
+  editReport(reportJSON, [&](llvm::json::Object *root) {
+    llvm::json::Array functions;
+    int64_t kernels = 0;
+    module.walk([&](gpu::GPUFuncOp) { ++kernels; });
+    // Launches, GEMMs and fused-epilogue GEMMs of one call of `f`, including
+    // those of the module's functions it calls (the gradient allreduce
+    // helpers), once per call site.
+    struct Counts {
+      int64_t launches = 0, gemms = 0, epilogues = 0, convs = 0;
+    };
+    llvm::DenseMap<Operation *, Counts> counted;
+    std::function<Counts(func::FuncOp)> count = [&](func::FuncOp f) -> Counts {
+      if (auto it = counted.find(f); it != counted.end())
+        return it->second;
+      counted[f] = {}; // Recursion guard (the IR has no recursion).
+      Counts c;
+      // Fallbacks (ddpc.library_fallback) run only when a library declines.
+      f.walk<WalkOrder::PreOrder>([&](Operation *op) {
+        if (op->hasAttr("ddpc.library_fallback"))
+          return WalkResult::skip();
+        if (isa<gpu::LaunchFuncOp>(op)) {
+          ++c.launches;
+        } else if (auto call = dyn_cast<func::CallOp>(op)) {
+          bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
+          c.gemms += epilogue || call.getCallee() == "ddpc_gemm_f32";
+          c.epilogues += epilogue;
+          c.convs += call.getCallee() == "ddpc_conv2d_f32";
+          auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+          if (callee && !callee.isExternal()) {
+            Counts inner = count(callee);
+            c.launches += inner.launches;
+            c.gemms += inner.gemms;
+            c.epilogues += inner.epilogues;
+            c.convs += inner.convs;
+          }
         }
-      }
-      return WalkResult::advance();
-    });
-    return counted[f] = c;
-  };
-  for (auto f : module.getOps<func::FuncOp>()) {
-    if (f.isExternal() || !f.isPublic())
-      continue;
-    Counts c = count(f);
-    int64_t arena = 0;
-    if (auto a = f->getAttrOfType<IntegerAttr>("ddpc.arena_bytes"))
-      arena = a.getInt();
-    functions.push_back(
-        llvm::json::Object{{"name", f.getName().str()},
-                           {"kernel_launches", c.launches},
-                           {"cublas_gemms", c.gemms},
-                           {"cublaslt_epilogue_gemms", c.epilogues},
-                           {"cudnn_convolutions", c.convs},
-                           {"arena_bytes", arena}});
-  }
-  llvm::json::Array archList;
-  for (const std::string &a : archs)
-    archList.push_back(a);
-  (*root)["cuda"] = llvm::json::Object{{"archs", std::move(archList)},
-                                       {"kernels", kernels},
-                                       {"functions", std::move(functions)}};
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::json::Value(std::move(*parsed));
-  reportJSON = s;
+        return WalkResult::advance();
+      });
+      return counted[f] = c;
+    };
+    for (auto f : module.getOps<func::FuncOp>()) {
+      if (f.isExternal() || !f.isPublic())
+        continue;
+      Counts c = count(f);
+      int64_t arena = 0;
+      if (auto a = f->getAttrOfType<IntegerAttr>("ddpc.arena_bytes"))
+        arena = a.getInt();
+      functions.push_back(
+          llvm::json::Object{{"name", f.getName().str()},
+                             {"kernel_launches", c.launches},
+                             {"cublas_gemms", c.gemms},
+                             {"cublaslt_epilogue_gemms", c.epilogues},
+                             {"cudnn_convolutions", c.convs},
+                             {"arena_bytes", arena}});
+    }
+    llvm::json::Array archList;
+    for (const std::string &a : archs)
+      archList.push_back(a);
+    (*root)["cuda"] = llvm::json::Object{{"archs", std::move(archList)},
+                                         {"kernels", kernels},
+                                         {"functions", std::move(functions)}};
+  });
 }
 
 int runTool(ArrayRef<std::string> argv, std::string &error) {
@@ -780,19 +830,17 @@ int compile(const CompileOptions &options, std::string &error,
           pm.addPass(createCanonicalizerPass());
         }))
       return kCompileError;
-    if (failed(insertGradientAllReduce(*module, error)))
-      return kCompileError;
-    if (!runPhase("parallel",
-                  [&](OpPassManager &pm) { pm.addPass(createCSEPass()); }))
-      return kCompileError;
   }
   // --emit=mlir: the graph-level IR (with --train/--vjp, after synthesis).
   if (options.emit == EmitKind::MLIR)
     return writeFileAtomic(options.outputPath, printOp(*module), error)
                ? kCompileOk
                : kCompileError;
+  CPUPipelineOptions pipeline = options.pipeline;
+  if (training)
+    pipeline.bucketCapMB = options.train.bucketCapMB;
   if (!runPhase("fused", [&](OpPassManager &pm) {
-        buildGraphOptimizationPipeline(pm, options.pipeline);
+        buildGraphOptimizationPipeline(pm, pipeline);
       }))
     return kCompileError;
   if (result) {
@@ -809,12 +857,14 @@ int compile(const CompileOptions &options, std::string &error,
     if (llvm::sys::fs::exists(libdevice))
       cudaOptions.libdevice = std::string(libdevice);
     if (!runPhase("gpu-kernels", [&](OpPassManager &pm) {
-          buildBufferizationPipeline(pm, options.pipeline);
+          buildBufferizationPipeline(pm, pipeline);
           buildGPUKernelPipeline(pm, cudaOptions);
         }))
       return kCompileError;
-    if (result)
+    if (result) {
+      addBucketReport(*module, result->reportJSON);
       addCUDAReport(*module, options.cudaArchs, result->reportJSON);
+    }
     if (!runPhase("nvvm", [&](OpPassManager &pm) {
           buildNVVMPipeline(pm, cudaOptions);
         }))
@@ -834,14 +884,20 @@ int compile(const CompileOptions &options, std::string &error,
           buildCUDAHostLoweringPipeline(pm, cudaOptions);
         }))
       return kCompileError;
-  } else if (!runPhase("lowered", [&](OpPassManager &pm) {
-               buildBufferizationPipeline(pm, options.pipeline);
-               // cuda-emulate: the CUDA kernel IR, run serially on the CPU.
-               if (options.target == "cuda-emulate")
-                 buildGPULoopPipeline(pm);
-               buildLowerToLLVMPipeline(pm, options.pipeline);
-             })) {
-    return kCompileError;
+  } else {
+    if (!runPhase("bufferized", [&](OpPassManager &pm) {
+          buildBufferizationPipeline(pm, pipeline);
+          // cuda-emulate: the CUDA kernel IR, run serially on the CPU.
+          if (options.target == "cuda-emulate")
+            buildGPULoopPipeline(pm);
+        }))
+      return kCompileError;
+    if (result)
+      addBucketReport(*module, result->reportJSON);
+    if (!runPhase("lowered", [&](OpPassManager &pm) {
+          buildLowerToLLVMPipeline(pm, pipeline);
+        }))
+      return kCompileError;
   }
   if (options.emit == EmitKind::LoweredMLIR)
     return writeFileAtomic(options.outputPath, printOp(*module), error)

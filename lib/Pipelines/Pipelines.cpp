@@ -20,6 +20,7 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "llvm/Support/ErrorHandling.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 using namespace mlir;
@@ -38,7 +39,8 @@ void buildGraphOptimizationPipeline(OpPassManager &pm,
     addPipeline(pm, "func.func(ddpc-fuse-ops,canonicalize,cse)");
 }
 
-void buildBufferizationPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
+void buildBufferizationPipeline(OpPassManager &pm,
+                                const CPUPipelineOptions &options) {
   addPipeline(pm, "func.func(ddpc-clone-shared-fills),"
                   "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
                   "one-shot-bufferize{bufferize-function-boundaries "
@@ -47,6 +49,10 @@ void buildBufferizationPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
                   "buffer-results-to-out-params{hoist-static-allocs "
                   "modify-public-functions},"
                   "buffer-deallocation-pipeline,canonicalize");
+  char cap[64];
+  std::snprintf(cap, sizeof(cap), "%.17g", options.bucketCapMB);
+  addPipeline(pm, std::string("ddpc-bucket-gradient-allreduce{bucket-cap-mb=") +
+                      cap + "}");
 }
 
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {

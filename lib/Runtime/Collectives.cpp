@@ -1,7 +1,9 @@
 //===- Collectives.cpp - MPI process group with a watchdog ----------------===//
 //
-// See Collectives.h. Also defines ddpc_rt_allreduce_sum_f32 of TrainABI.h,
-// the entry point that compiled optimizer steps call.
+// See Collectives.h. Also defines the collectives of TrainABI.h that
+// compiled code calls: ddpc_rt_allreduce_sum_f32 (SyncBatchNorm) and the
+// gradient buckets ddpc_rt_bucket_* (one MPI_Iallreduce per bucket on a
+// host staging copy, started during backward, waited for at its end).
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +25,8 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace ddpc {
 namespace runtime {
@@ -84,7 +88,23 @@ void allreduceImpl(T *data, int64_t count, MPI_Datatype type,
   }
 }
 
+/// Gradient buckets of the current ddpc_train_micro call.
+struct Bucket {
+  std::vector<std::pair<float *, int64_t>> members;
+  std::vector<float> staging;
+  std::vector<MPI_Request> requests;
+  int64_t index = 0;
+};
+bool gGradientSync = false;
+std::vector<std::pair<float *, int64_t>> gFilling;
+/// Buckets started in this call (first gStarted entries); the vector and
+/// its staging memory are kept from call to call.
+std::vector<Bucket> gBuckets;
+size_t gStarted = 0;
+
 } // namespace
+
+void setGradientSync(bool on) { gGradientSync = on; }
 
 void collectivesInit(int *argc, char ***argv) {
   int rc = MPI_Init(argc, argv);
@@ -162,4 +182,68 @@ void barrier(const char *what) {
 
 extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
   ddpc::runtime::allreduceSum(data, count, "allreduce of gradients");
+}
+
+extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
+  using namespace ddpc::runtime;
+  if (gGradientSync && gSize > 1 && count > 0)
+    gFilling.emplace_back(data, count);
+}
+
+/// Copies the bucket's gradients into one staging buffer and starts one
+/// MPI_Iallreduce on it (more if it exceeds MPI's int counts); MPI_Testall
+/// on the buckets already in flight lets MPI progress them meanwhile.
+extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
+  using namespace ddpc::runtime;
+  if (!gGradientSync || gSize == 1 || gFilling.empty())
+    return;
+  if (gStarted == gBuckets.size())
+    gBuckets.emplace_back();
+  Bucket &b = gBuckets[gStarted++];
+  b.members.swap(gFilling);
+  gFilling.clear();
+  b.index = bucket;
+  int64_t total = 0;
+  for (auto [data, count] : b.members)
+    total += count;
+  b.staging.resize(static_cast<size_t>(total));
+  float *out = b.staging.data();
+  for (auto [data, count] : b.members)
+    out = std::copy(data, data + count, out);
+  b.requests.clear();
+  for (int64_t off = 0; off < total; off += kMaxChunk) {
+    int n = static_cast<int>(std::min(kMaxChunk, total - off));
+    b.requests.emplace_back();
+    check(MPI_Iallreduce(MPI_IN_PLACE, b.staging.data() + off, n, MPI_FLOAT,
+                         MPI_SUM, MPI_COMM_WORLD, &b.requests.back()),
+          "MPI_Iallreduce (gradient bucket)");
+  }
+  for (size_t i = 0; i + 1 < gStarted; ++i) {
+    Bucket &earlier = gBuckets[i];
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(earlier.requests.size()),
+                      earlier.requests.data(), &done, MPI_STATUSES_IGNORE),
+          "MPI_Testall (gradient bucket)");
+  }
+}
+
+/// Waits for every bucket started in this call (watchdog: --timeout) and
+/// copies the sums back into the gradient accumulators.
+extern "C" void ddpc_rt_bucket_allreduce_wait(void) {
+  using namespace ddpc::runtime;
+  for (size_t i = 0; i < gStarted; ++i) {
+    Bucket &b = gBuckets[i];
+    std::string what =
+        "allreduce of gradient bucket " + std::to_string(b.index);
+    for (MPI_Request &request : b.requests)
+      if (request != MPI_REQUEST_NULL)
+        waitWithWatchdog(request, what.c_str());
+    const float *in = b.staging.data();
+    for (auto [data, count] : b.members) {
+      std::copy(in, in + count, data);
+      in += count;
+    }
+    b.members.clear();
+  }
+  gStarted = 0;
 }

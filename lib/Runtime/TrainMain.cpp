@@ -861,6 +861,10 @@ int run(int argc, char **argv) {
               0xD1B54A32D192ED03ULL);
       rng[1] = rank;
       microArgs[a++] = rngArg.ptr;
+      // The last micro-batch sums the accumulated gradients over ranks, in
+      // buckets that start during its backward (PyTorch DDP's no_sync()
+      // for the others).
+      setGradientSync(world > 1 && k == K - 1);
       ddpc_train_micro(microArgs.data());
       cb = 1 - cb;
       cg = 1 - cg;

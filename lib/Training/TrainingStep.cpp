@@ -495,10 +495,17 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       results.push_back(it == bufferUpdateRes.end() ? entry->getArgument(P + j)
                                                     : fwdRes[it->second]);
     }
+    // Each accumulation right where its gradient is complete, so that the
+    // accumulator's final value is ready in backward order (the gradient
+    // buckets of ddpc-bucket-gradient-allreduce start there).
     for (unsigned j = 0; j < P; ++j) {
       Value acc = entry->getArgument(P + NB + j);
+      Value g = (*grads)[j];
+      OpBuilder::InsertionGuard guard(fb);
+      if (g.getParentBlock() == entry)
+        fb.setInsertionPointAfterValue(g);
       results.push_back(
-          ew(fb, loc, ValueRange{acc, (*grads)[j]}, ttype(acc).getShape(), f32,
+          ew(fb, loc, ValueRange{acc, g}, ttype(acc).getShape(), f32,
              [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                return arith::AddFOp::create(nb, l, a[0], a[1]);
              }));
@@ -506,8 +513,10 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     results.push_back(loss);
     results.push_back(correct);
     func::ReturnOp::create(fb, loc, results);
-    for (unsigned j = 0; j < P; ++j)
+    for (unsigned j = 0; j < P; ++j) {
       fn.setArgAttr(P + NB + j, "ddpc.role", fb.getStringAttr("grad_acc"));
+      fn.setResultAttr(NB + j, "ddpc.role", fb.getStringAttr("new_grad_acc"));
+    }
     SmallVector<std::string> argNames, resNames;
     for (const auto &s : info.params)
       argNames.push_back(s.name);
@@ -787,30 +796,6 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
 
   fwdTrain.erase();
   fwdEval.erase();
-  return success();
-}
-
-LogicalResult insertGradientAllReduce(ModuleOp module, std::string &error) {
-  auto apply = module.lookupSymbol<func::FuncOp>("apply");
-  if (!apply) {
-    error = "internal error: no @apply function";
-    return failure();
-  }
-  Block &entry = apply.getBody().front();
-  OpBuilder b = OpBuilder::atBlockBegin(&entry);
-  for (unsigned i = 0; i < apply.getNumArguments(); ++i) {
-    auto r = apply.getArgAttrOfType<StringAttr>(i, "ddpc.role");
-    if (!r || r.getValue() != "grad_acc")
-      continue;
-    BlockArgument g = entry.getArgument(i);
-    // Redirect the existing readers of `g` (not the all-reduce's own reads).
-    SmallVector<OpOperand *> readers;
-    for (OpOperand &use : g.getUses())
-      readers.push_back(&use);
-    Value reduced = buildAllReduceSum(b, apply.getLoc(), g);
-    for (OpOperand *use : readers)
-      use->set(reduced);
-  }
   return success();
 }
 

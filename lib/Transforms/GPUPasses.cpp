@@ -9,6 +9,8 @@
 
 #include "ddpc/Transforms/Passes.h"
 
+#include "RuntimeCalls.h"
+
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
@@ -30,21 +32,7 @@
 using namespace mlir;
 
 namespace ddpc {
-namespace {
 
-/// Names of the runtime entry points that enqueue work on the compute
-/// stream (they need no host synchronization before them).
-constexpr StringLiteral kGemmFn = "ddpc_gemm_f32";
-constexpr StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
-constexpr StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
-constexpr StringLiteral kSyncFn = "ddpc_gpu_host_sync";
-constexpr StringLiteral kConvFn = "ddpc_conv2d_f32";
-/// Marks an scf.if that runs generated code when a library call declined
-/// (returned 0): a GEMM and its epilogue kernel (ddpc-gemm-epilogues), or
-/// a convolution's im2col + GEMM lowering (ddpc-conv-to-gemm, cuDNN).
-constexpr StringLiteral kLibraryFallbackAttr = "ddpc.library_fallback";
-
-/// Returns (declaring it if needed) a private function `name` : `type`.
 func::FuncOp getOrDeclare(ModuleOp module, StringRef name, FunctionType type) {
   if (auto f = module.lookupSymbol<func::FuncOp>(name))
     return f;
@@ -53,6 +41,24 @@ func::FuncOp getOrDeclare(ModuleOp module, StringRef name, FunctionType type) {
   f.setPrivate();
   return f;
 }
+
+namespace {
+
+/// Names of the runtime entry points that enqueue work on the compute
+/// stream (they need no host synchronization before them).
+constexpr StringLiteral kGemmFn = "ddpc_gemm_f32";
+constexpr StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
+constexpr StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
+/// Gradient buckets (ddpc-bucket-gradient-allreduce): NCCL on the
+/// communication stream, ordered with events against the compute stream.
+constexpr StringLiteral kBucketFns[] = {kBucketAddFn, kBucketStartFn,
+                                        kBucketWaitFn};
+constexpr StringLiteral kSyncFn = "ddpc_gpu_host_sync";
+constexpr StringLiteral kConvFn = "ddpc_conv2d_f32";
+/// Marks an scf.if that runs generated code when a library call declined
+/// (returned 0): a GEMM and its epilogue kernel (ddpc-gemm-epilogues), or
+/// a convolution's im2col + GEMM lowering (ddpc-conv-to-gemm, cuDNN).
+constexpr StringLiteral kLibraryFallbackAttr = "ddpc.library_fallback";
 
 bool denseF32(Value v) {
   auto t = dyn_cast<MemRefType>(v.getType());
@@ -1257,7 +1263,8 @@ bool isDeviceWork(Operation *op) {
     return true;
   if (auto call = dyn_cast<func::CallOp>(op))
     return call.getCallee() == kGemmFn || call.getCallee() == kGemmEpilogueFn ||
-           call.getCallee() == kConvFn || call.getCallee() == kAllReduceFn;
+           call.getCallee() == kConvFn || call.getCallee() == kAllReduceFn ||
+           llvm::is_contained(kBucketFns, call.getCallee());
   return false;
 }
 
@@ -1453,6 +1460,7 @@ std::unique_ptr<Pass> createGPUHostSyncPass() {
 void registerTransformsPasses() {
   registerPass([] { return createFuseOpsPass(); });
   registerPass([] { return createCloneSharedFillsPass(); });
+  registerPass([] { return createBucketGradientAllReducePass(); });
   registerPass([] { return createGemmToLibraryCallPass(); });
   registerPass([] { return createConvToGemmPass(); });
   registerPass([] { return createGemmEpiloguesPass(); });

@@ -58,6 +58,8 @@ class TrainConfig:
         grad_accum_steps: micro-batches accumulated per optimizer step.
         freeze: names of initializers that are not trained.
         sync_batchnorm: BatchNormalization statistics over the global batch.
+        bucket_cap_mb: gradient allreduce bucket cap in MiB (PyTorch DDP's
+            ``bucket_cap_mb``); buckets start during backward.
         label_input: graph input holding the labels; None adds an input
             ``labels``.
 
@@ -79,6 +81,7 @@ class TrainConfig:
     grad_accum_steps: int = 1
     freeze: Sequence[str] = ()
     sync_batchnorm: bool = False
+    bucket_cap_mb: float = 25.0
     label_input: str | None = None
 
     def __post_init__(self) -> None:
@@ -110,6 +113,10 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.grad_accum_steps must be >= 1, got {self.grad_accum_steps}"
             )
+        if not self.bucket_cap_mb > 0:
+            raise ValueError(
+                f"TrainConfig.bucket_cap_mb must be > 0, got {self.bucket_cap_mb}"
+            )
         if isinstance(self.freeze, str):
             raise ValueError(
                 "TrainConfig.freeze is a list of initializer names, not a string"
@@ -133,6 +140,7 @@ class TrainConfig:
         opts.grad_accum_steps = int(self.grad_accum_steps)
         opts.freeze = list(self.freeze)
         opts.sync_batchnorm = bool(self.sync_batchnorm)
+        opts.bucket_cap_mb = float(self.bucket_cap_mb)
         return opts
 
 

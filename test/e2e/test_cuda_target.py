@@ -195,12 +195,31 @@ def test_host_launches_match_kernel_parameters(ddpc, tmp_path, model, flags):
 
 def test_report_counts_launches_of_called_helpers(ddpc, tmp_path):
     """--report's kernel_launches per step function counts the launches of
-    the module's functions it calls (the allreduce helpers of `apply`),
-    checked against the lowered host IR's call graph."""
+    the module's functions it calls (the SyncBatchNorm allreduce helpers of
+    `train_micro`), checked against the lowered host IR's call graph."""
     import json
     import re
-    model, flags = CASES[1]  # The digits MLP: no convolutions.
-    base = [ddpc, "compile", str(ROOT / model), *flags, "--target", "cuda", "--cuda-arch", "sm_90"]
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    # Gemm -> BatchNormalization -> Relu -> Gemm: no convolutions.
+    rng = np.random.default_rng(0)
+    inits = {"W1": rng.standard_normal((6, 8)), "s": np.ones(8), "b": np.zeros(8), "mean": np.zeros(8),
+             "var": np.ones(8), "W2": rng.standard_normal((8, 3)), "b2": np.zeros(3)}
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W1"], ["h"]),
+         helper.make_node("BatchNormalization", ["h", "s", "b", "mean", "var"], ["n"]),
+         helper.make_node("Relu", ["n"], ["r"]),
+         helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"])],
+        "bnmlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = tmp_path / "bnmlp.onnx"
+    onnx.save(m, model)
+    flags = ["--train", "--batch-size", "16", "--sync-batchnorm"]
+    base = [ddpc, "compile", str(model), *flags, "--target", "cuda", "--cuda-arch", "sm_90"]
     rep = subprocess.run([*base, "--report=json", "-o", str(tmp_path / "prog")], capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
     counts = {f["name"]: f["kernel_launches"] for f in json.loads(rep.stdout)["cuda"]["functions"]}
@@ -223,7 +242,7 @@ def test_report_counts_launches_of_called_helpers(ddpc, tmp_path):
     for name in ("train_micro", "apply", "eval"):
         assert counts[name] == launches(name), (name, counts[name], launches(name))
     helpers = [n for n in bodies if n.startswith("ddpc_allreduce_sum")]
-    assert helpers and counts["apply"] > bodies["apply"].count("gpu.launch_func")
+    assert helpers and counts["train_micro"] > bodies["train_micro"].count("gpu.launch_func")
 
 
 def driver_present():

@@ -191,6 +191,41 @@ def test_data_parallel_invariant(ddpc, tmp_path, opt):
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
 
 
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_data_parallel_invariant_buckets_and_accumulation(ddpc, tmp_path):
+    """2 ranks x K=2 micro-batches of 4, gradients summed in several small
+    buckets during backward == 1 rank x one batch of 16 (AdamW, 20 steps).
+    Only the last micro-batch of a step synchronizes (a sum in an earlier
+    one would be counted twice) and every bucket covers its gradients."""
+    flags, _ = OPTIMIZERS["adamw"]
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(320)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+                           "--grad-accum-steps", "2", "--bucket-cap-mb", "0.0003", *flags,
+                           "-o", str(tmp_path / "two"), "--report=json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    buckets = json.loads(proc.stdout)["gradient_buckets"]
+    assert len(buckets) >= 2, buckets
+    assert sorted(p for b in buckets for p in b["params"]) == ["W1", "W2", "b1", "b2"]
+    one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags)
+    run_train(tmp_path / "two", tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx")
+    run_train(one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx")
+    assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
+
+
+def test_bucket_cap_must_be_positive(ddpc, tmp_path):
+    mlp_model(tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+                           "--bucket-cap-mb", "0", "-o", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "--bucket-cap-mb must be > 0" in proc.stderr
+    assert not (tmp_path / "p").exists()
+
+
 def test_gradient_accumulation(ddpc, tmp_path):
     """K=2 micro-batches of 8 == one batch of 16 (SGD momentum)."""
     flags, _ = OPTIMIZERS["sgd-momentum"]

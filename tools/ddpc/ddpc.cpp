@@ -196,6 +196,13 @@ static cl::opt<bool> syncBatchNorm(
     "sync-batchnorm",
     cl::desc("BatchNormalization statistics over the global batch"),
     cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<double> bucketCapMB(
+    "bucket-cap-mb",
+    cl::desc("Gradient allreduce bucket cap in MiB (default 25, as PyTorch "
+             "DDP's bucket_cap_mb; the first bucket holds at most 1 MiB). "
+             "Buckets start during backward as soon as their gradients are "
+             "final; --report lists them"),
+    cl::init(25.0), cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
 
@@ -235,6 +242,28 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
     nc = a->size();
   os << "  collectives: " << nc << ", "
      << root->getInteger("collective_bytes").value_or(0) << " bytes per step\n";
+  if (const json::Array *buckets = root->getArray("gradient_buckets")) {
+    os << "  gradient allreduce buckets: " << buckets->size()
+       << " (in the order backward finishes them)\n";
+    for (const json::Value &v : *buckets) {
+      const json::Object *b = v.getAsObject();
+      int64_t start = b->getInteger("start_op").value_or(0);
+      int64_t total = b->getInteger("function_ops").value_or(0);
+      const json::Array *params = b->getArray("params");
+      os << "    bucket " << b->getInteger("bucket").value_or(0) << ": "
+         << b->getInteger("bytes").value_or(0) << " bytes, "
+         << (params ? params->size() : 0) << " gradients (";
+      for (size_t i = 0; params && i < params->size(); ++i) {
+        if (i == 3) {
+          os << ", ...";
+          break;
+        }
+        os << (i ? ", " : "") << (*params)[i].getAsString().value_or("");
+      }
+      os << "), starts after op " << start << " of " << total << " of "
+         << b->getString("function").value_or("") << "\n";
+    }
+  }
   os << "  fusion groups: " << root->getInteger("fusion_groups").value_or(0)
      << " (one loop nest or kernel each)\n";
   if (const json::Object *cuda = root->getObject("cuda")) {
@@ -388,8 +417,15 @@ int main(int argc, char **argv) {
     t.gradAccumSteps = gradAccum;
     t.freeze.assign(freeze.begin(), freeze.end());
     t.syncBatchNorm = syncBatchNorm;
+    if (!(bucketCapMB > 0)) {
+      errs() << "error: --bucket-cap-mb must be > 0 (MiB), got " << bucketCapMB
+             << "\n";
+      return 1;
+    }
+    t.bucketCapMB = bucketCapMB;
   } else if (loss.getNumOccurrences() || optimizer.getNumOccurrences() ||
-             lr.getNumOccurrences() || gradAccum.getNumOccurrences()) {
+             lr.getNumOccurrences() || gradAccum.getNumOccurrences() ||
+             bucketCapMB.getNumOccurrences()) {
     errs() << "error: training options (--loss, --optimizer, --lr, ...) need "
               "--train\n";
     return 1;

@@ -25,6 +25,9 @@ namespace ddpc {
 struct CPUPipelineOptions {
   /// Fuse producer/consumer elementwise linalg ops on tensors.
   bool fuseElementwise = true;
+  /// Gradient bucket cap in MiB (ddpc-bucket-gradient-allreduce; PyTorch
+  /// DDP's bucket_cap_mb). The first bucket holds at most 1 MiB.
+  double bucketCapMB = 25.0;
 };
 
 /// Graph-level cleanups on the imported linalg-on-tensors IR:
@@ -34,7 +37,8 @@ void buildGraphOptimizationPipeline(mlir::OpPassManager &pm,
 
 /// Bufferization: tensors to memrefs with identity layouts at function
 /// boundaries, results turned into caller-provided out-parameters, and
-/// ownership-based deallocation (stage "bufferized").
+/// ownership-based deallocation (stage "bufferized"); then the gradient
+/// allreduce buckets of training steps (ddpc-bucket-gradient-allreduce).
 void buildBufferizationPipeline(mlir::OpPassManager &pm,
                                 const CPUPipelineOptions &options);
 

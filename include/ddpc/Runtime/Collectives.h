@@ -55,6 +55,12 @@ void warning(const std::string &message);
 void allreduceSum(float *data, int64_t count, const char *what);
 void allreduceSum(double *data, int64_t count, const char *what);
 
+/// Whether the next ddpc_train_micro calls sum their gradient buckets over
+/// ranks (TrainABI.h: ddpc_rt_bucket_*); off at start. The training loop
+/// turns it on for the last micro-batch of each optimizer step. Ignored
+/// when the world size is 1.
+void setGradientSync(bool on);
+
 /// Broadcasts `bytes` bytes from rank 0 to all ranks. No-op when the world
 /// size is 1.
 void broadcastBytes(void *data, int64_t bytes, const char *what);

@@ -99,8 +99,8 @@ extern const int64_t ddpc_onnx_model_size;
 /// global batch, so they do not depend on how the batch is split.
 void ddpc_train_micro(void **args);
 
-/// One optimizer step: sums grad_acc over ranks (it calls
-/// ddpc_rt_allreduce_sum_f32), multiplies by grad_scale (= 1 / (world size *
+/// One optimizer step: multiplies grad_acc (already summed over ranks by the
+/// last micro-batch's gradient buckets) by grad_scale (= 1 / (world size *
 /// K)) and applies the optimizer (torch.optim.SGD / AdamW semantics).
 ///   args = [params(P), opt_state(P*S, ordered p0s0, p0s1, p1s0, ...),
 ///           grad_acc(P), lr (f32 scalar), step (i64 scalar, 1 for the first
@@ -122,6 +122,25 @@ void ddpc_eval(void **args);
 /// size is 1. Never returns on failure: the runtime prints the rank and the
 /// reason and ends the job.
 void ddpc_rt_allreduce_sum_f32(float *data, int64_t count);
+
+/// Gradient buckets (ddpc-bucket-gradient-allreduce). During backward,
+/// ddpc_train_micro calls, for each bucket as soon as its gradients are
+/// final, ddpc_rt_bucket_add_f32 once per gradient accumulator of the bucket
+/// (device memory on the CUDA target; `count` floats) and then
+/// ddpc_rt_bucket_allreduce_start(bucket index); before it returns,
+/// ddpc_rt_bucket_allreduce_wait(). The runtime sums every bucket in place
+/// over all ranks while backward goes on (CUDA: grouped NCCL allreduces on
+/// the communication stream, after an event on the compute stream; CPU: one
+/// MPI_Iallreduce of a host staging copy per bucket), and `wait` orders the
+/// results before what follows (CUDA: the compute stream waits for the
+/// communication stream; CPU: waits, with the collective watchdog, and
+/// copies back). All three are no-ops unless the runtime marked this call
+/// as the synchronizing micro-batch of a multi-rank optimizer step (its
+/// last), as PyTorch DDP's no_sync() does for the others. Never return on
+/// failure.
+void ddpc_rt_bucket_add_f32(float *data, int64_t count);
+void ddpc_rt_bucket_allreduce_start(int64_t bucket);
+void ddpc_rt_bucket_allreduce_wait(void);
 
 #ifdef __cplusplus
 } // extern "C"

@@ -38,6 +38,9 @@ struct TrainOptions {
   std::vector<std::string> freeze;
   /// BatchNormalization statistics over the global batch (allreduced).
   bool syncBatchNorm = false;
+  /// Gradient allreduce bucket cap in MiB (PyTorch DDP's bucket_cap_mb;
+  /// ddpc-bucket-gradient-allreduce). Must be > 0.
+  double bucketCapMB = 25.0;
 };
 
 } // namespace ddpc

@@ -62,17 +62,15 @@ struct TrainingProgramInfo {
 /// torch.optim.SGD (momentum, dampening, nesterov, weight decay) and
 /// torch.optim.AdamW (Loshchilov & Hutter, "Decoupled Weight Decay
 /// Regularization", ICLR 2019).
+///
+/// Data parallelism: @train_micro's gradient accumulator results carry
+/// `ddpc.role = "new_grad_acc"`, and each is computed right after its
+/// gradient, in backward order. After bufferization,
+/// ddpc-bucket-gradient-allreduce sums them over ranks in buckets that start
+/// during backward (Passes.h); @apply reads the summed accumulators.
 mlir::LogicalResult
 buildTrainingFunctions(mlir::ModuleOp module, mlir::func::FuncOp fwdTrain,
                        mlir::func::FuncOp fwdEval, const TrainOptions &options,
                        TrainingProgramInfo &info, std::string &error);
-
-/// Data parallelism (stage "parallel"): in @apply, every gradient
-/// accumulator is summed over ranks before the optimizer reads it, with a
-/// call to the runtime collective `ddpc_rt_allreduce_sum_f32(ptr, count)`
-/// on a private copy (marked `ddpc.collective = "all_reduce_sum"` and
-/// `ddpc.bytes`). With `syncBatchNorm`, not yet supported: fails.
-mlir::LogicalResult insertGradientAllReduce(mlir::ModuleOp module,
-                                            std::string &error);
 
 } // namespace ddpc

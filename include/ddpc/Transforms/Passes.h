@@ -8,6 +8,10 @@
 //   ddpc-fuse-ops            operator fusion into kernel-sized groups
 //   ddpc-clone-shared-fills  one linalg.fill per destination use
 //
+// Target-independent (memref level, last pass of bufferization):
+//   ddpc-bucket-gradient-allreduce  gradient allreduce in buckets that
+//                                   start during backward
+//
 // GPU lowering helpers (memref level, used by the CUDA pipeline only):
 //   ddpc-plan-arena             temporaries at compile-time arena offsets
 //   ddpc-gemm-to-library-call   contraction generics -> ddpc_gemm_f32 calls
@@ -63,6 +67,37 @@ std::unique_ptr<mlir::Pass> createFuseOpsPass(unsigned maxRecomputeOps = 8);
 /// its result costs minus the read, and a GEMM can absorb a zero fill of
 /// its output (ddpc-gemm-to-library-call, beta = 0).
 std::unique_ptr<mlir::Pass> createCloneSharedFillsPass();
+
+/// `ddpc-bucket-gradient-allreduce` (module; bufferized IR, both targets).
+/// Data-parallel gradient synchronization overlapped with backward, decided
+/// at compile time (the bucketing of PyTorch DDP's Reducer: Li et al.,
+/// "PyTorch Distributed: Experiences on Accelerating Data Parallel
+/// Training", VLDB 2020, sections 3.2.3-3.2.4).
+///
+/// In every function with out-parameters marked `ddpc.role =
+/// "new_grad_acc"` (float32 static memrefs: @train_micro's gradient
+/// accumulators), a gradient is *ready* after the last op of the entry
+/// block that uses its buffer or a view of it (deallocation bookkeeping
+/// aside). Gradients are taken in ready order (the order backward finishes
+/// them) and packed greedily into buckets: a bucket closes once it holds
+/// `bucketCapMB` MiB (the first one `firstBucketMB`, so communication
+/// starts early). Right after the op that readies a bucket's last gradient
+/// the pass inserts
+///   func.call @ddpc_rt_bucket_add_f32(ptr, count)   (once per gradient)
+///   func.call @ddpc_rt_bucket_allreduce_start(bucket index : i64)
+///       {ddpc.collective = "allreduce_bucket", ddpc.bytes, ddpc.bucket,
+///        ddpc.params = [names], ddpc.start_op = position of that op
+///        (1-based, entry block, before insertion), ddpc.function_ops}
+/// and before the return `func.call @ddpc_rt_bucket_allreduce_wait()`.
+/// The runtime (TrainABI.h) sums each bucket in place over all ranks while
+/// the rest of backward runs, and waits for all of them at the end; it does
+/// nothing unless this call is the synchronizing micro-batch of a
+/// multi-rank optimizer step. Fails (with an error on the function) when a
+/// gradient output is not a dense static float32 memref, or a cap is not
+/// positive.
+std::unique_ptr<mlir::Pass>
+createBucketGradientAllReducePass(double bucketCapMB = 25.0,
+                                  double firstBucketMB = 1.0);
 
 /// `ddpc-plan-arena` (func.func, bufferized IR; CUDA pipeline). Static
 /// memory planning: every statically shaped temporary buffer of the

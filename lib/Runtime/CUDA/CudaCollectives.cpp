@@ -1,7 +1,8 @@
 //===- CudaCollectives.cpp - process group of CUDA programs: MPI + NCCL ---===//
 //
 // Part of ddpc. Implements Collectives.h for programs compiled with
-// `--target cuda`, and ddpc_rt_allreduce_sum_f32 of TrainABI.h.
+// `--target cuda`, and the collectives of TrainABI.h that compiled code
+// calls: ddpc_rt_allreduce_sum_f32 and the gradient buckets ddpc_rt_bucket_*.
 //
 // * A program started without a launcher is a single rank and never loads
 //   MPI. Under mpirun/srun (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE or
@@ -10,9 +11,13 @@
 //   dependency on MPI.
 // * Gradients (device memory) are summed with NCCL. The communicator is
 //   bootstrapped by broadcasting rank 0's ncclUniqueId over MPI. Each
-//   allreduce runs on a communication stream: it waits for an event
-//   recorded on the compute stream, and the compute stream waits for an
-//   event recorded after it, so later kernels see the summed gradients.
+//   gradient bucket is one NCCL group of in-place allreduces on a
+//   communication stream, after an event recorded on the compute stream;
+//   the compute stream goes on with backward and waits for an event
+//   recorded after the last bucket only at the end of the step function
+//   (ddpc_rt_bucket_allreduce_wait), so the buckets overlap backward.
+//   ddpc_rt_allreduce_sum_f32 (SyncBatchNorm) is ordered the same way but
+//   waited for at once.
 // * Host-side values (metrics, checkpoint agreement) go through MPI with
 //   non-blocking calls polled against the collective timeout, as in the CPU
 //   runtime (Collectives.cpp).
@@ -42,6 +47,8 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace ddpc {
 namespace runtime {
@@ -211,6 +218,18 @@ cudaEvent_t gComputeReady = nullptr, gCommDone = nullptr;
 /// When the oldest allreduce that may still be pending was enqueued.
 bool gPending = false;
 Clock::time_point gPendingSince;
+/// Gradient buckets: whether this micro-batch synchronizes, the gradients
+/// of the bucket being filled, and whether a bucket is in flight.
+bool gGradientSync = false;
+std::vector<std::pair<float *, int64_t>> gBucket;
+bool gBucketsInFlight = false;
+
+void notePending() {
+  if (!gPending) {
+    gPending = true;
+    gPendingSince = Clock::now();
+  }
+}
 
 void checkNccl(ncclResult_t rc, const char *call) {
   if (rc == ncclSuccess || rc == ncclInProgress)
@@ -299,6 +318,8 @@ void collectivesFinalize() {
 int worldRank() { return gRank; }
 int worldSize() { return gSize; }
 
+void setGradientSync(bool on) { gGradientSync = on; }
+
 void setCollectiveTimeout(double s) { gTimeoutSeconds = s; }
 double collectiveTimeout() { return gTimeoutSeconds; }
 
@@ -364,8 +385,49 @@ extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
   cuda::check(cudaEventRecord(gCommDone, gCommStream), "cudaEventRecord");
   cuda::check(cudaStreamWaitEvent(compute, gCommDone, 0),
               "cudaStreamWaitEvent");
-  if (!gPending) {
-    gPending = true;
-    gPendingSince = Clock::now();
-  }
+  notePending();
+}
+
+extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
+  using namespace ddpc::runtime;
+  if (gGradientSync && gSize > 1 && count > 0)
+    gBucket.emplace_back(data, count);
+}
+
+/// Enqueues the bucket's allreduces as one NCCL group (one launch) on the
+/// communication stream, after the compute stream's work so far; the
+/// compute stream goes on with backward.
+extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
+  using namespace ddpc::runtime;
+  if (!gGradientSync || gSize == 1 || gBucket.empty())
+    return;
+  cudaStream_t compute = cuda::computeStream();
+  cuda::check(cudaEventRecord(gComputeReady, compute),
+              "cudaEventRecord (gradient bucket)");
+  cuda::check(cudaStreamWaitEvent(gCommStream, gComputeReady, 0),
+              "cudaStreamWaitEvent (gradient bucket)");
+  std::string call =
+      "ncclAllReduce (gradient bucket " + std::to_string(bucket) + ")";
+  checkNccl(ncclGroupStart(), "ncclGroupStart");
+  for (auto [data, count] : gBucket)
+    checkNccl(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat,
+                            ncclSum, gComm, gCommStream),
+              call.c_str());
+  checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+  gBucket.clear();
+  cuda::check(cudaEventRecord(gCommDone, gCommStream),
+              "cudaEventRecord (gradient bucket)");
+  gBucketsInFlight = true;
+  notePending();
+}
+
+/// Makes the compute stream wait for every bucket (stream order: the last
+/// event recorded on the communication stream covers them all).
+extern "C" void ddpc_rt_bucket_allreduce_wait(void) {
+  using namespace ddpc::runtime;
+  if (!gBucketsInFlight)
+    return;
+  cuda::check(cudaStreamWaitEvent(cuda::computeStream(), gCommDone, 0),
+              "cudaStreamWaitEvent (gradient buckets)");
+  gBucketsInFlight = false;
 }
