@@ -12,6 +12,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -685,6 +687,16 @@ int compile(const CompileOptions &options, std::string &error,
     error = "--vjp is not supported with --target cuda";
     return kCompileError;
   }
+  if (options.train.enabled && !(std::isfinite(options.train.bucketCapMB) &&
+                                 options.train.bucketCapMB > 0)) {
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", options.train.bucketCapMB);
+    error = std::string("the gradient bucket cap (--bucket-cap-mb, "
+                        "TrainConfig.bucket_cap_mb) must be a positive "
+                        "number of MiB, got ") +
+            got;
+    return kCompileError;
+  }
   std::string cudaRoot;
   if (cuda) {
     cudaRoot = findCUDAToolkit(options.cudaRoot, error);
@@ -831,11 +843,26 @@ int compile(const CompileOptions &options, std::string &error,
         }))
       return kCompileError;
   }
-  // --emit=mlir: the graph-level IR (with --train/--vjp, after synthesis).
-  if (options.emit == EmitKind::MLIR)
+  auto makeReport = [&] {
+    llvm::StringSet<> trainable;
+    for (const auto &p : trainInfo.params)
+      trainable.insert(p.name);
+    result->reportJSON = buildReport(*module, modelName, ins, outs, trainable);
+  };
+  // --emit=mlir: the graph-level IR (with --train/--vjp, after synthesis);
+  // its plan has no gradient buckets (they are placed after bufferization).
+  if (options.emit == EmitKind::MLIR) {
+    if (result) {
+      makeReport();
+      editReport(result->reportJSON, [](llvm::json::Object *root) {
+        (*root)["partial"] = "--emit=mlir stops at the graph-level IR: no "
+                             "gradient buckets or CUDA plan yet";
+      });
+    }
     return writeFileAtomic(options.outputPath, printOp(*module), error)
                ? kCompileOk
                : kCompileError;
+  }
   CPUPipelineOptions pipeline = options.pipeline;
   if (training)
     pipeline.bucketCapMB = options.train.bucketCapMB;
@@ -843,12 +870,8 @@ int compile(const CompileOptions &options, std::string &error,
         buildGraphOptimizationPipeline(pm, pipeline);
       }))
     return kCompileError;
-  if (result) {
-    llvm::StringSet<> trainable;
-    for (const auto &p : trainInfo.params)
-      trainable.insert(p.name);
-    result->reportJSON = buildReport(*module, modelName, ins, outs, trainable);
-  }
+  if (result)
+    makeReport();
   if (cuda) {
     CUDAPipelineOptions cudaOptions;
     cudaOptions.chips = options.cudaArchs;

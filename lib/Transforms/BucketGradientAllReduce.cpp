@@ -17,6 +17,8 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Pass/Pass.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace ddpc {
@@ -105,9 +107,10 @@ struct BucketGradientAllReducePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (bucketCapMB <= 0 || firstBucketMB <= 0) {
+    if (!(bucketCapMB > 0) || !(firstBucketMB > 0) ||
+        !std::isfinite(bucketCapMB) || !std::isfinite(firstBucketMB)) {
       module.emitError("ddpc-bucket-gradient-allreduce: bucket caps must be "
-                       "positive");
+                       "positive finite numbers of MiB");
       return signalPassFailure();
     }
     for (auto f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
@@ -156,18 +159,18 @@ struct BucketGradientAllReducePass
 
     constexpr double kMiB = 1024.0 * 1024.0;
     int64_t bucketIndex = 0;
+    // In floating point: a cap of any size compares correctly.
     auto capBytes = [&] {
-      return static_cast<int64_t>(
-          (bucketIndex == 0 ? std::min<double>(firstBucketMB, bucketCapMB)
-                            : static_cast<double>(bucketCapMB)) *
-          kMiB);
+      return (bucketIndex == 0 ? std::min<double>(firstBucketMB, bucketCapMB)
+                               : static_cast<double>(bucketCapMB)) *
+             kMiB;
     };
     size_t begin = 0;
     int64_t bytes = 0;
     for (size_t i = 0; i < grads.size(); ++i) {
       bytes += grads[i].count * 4;
       bool last = i + 1 == grads.size();
-      if (!last && bytes < capBytes())
+      if (!last && static_cast<double>(bytes) < capBytes())
         continue;
       // Bucket grads[begin..i]: starts after the last member is ready.
       const GradOut &closing = grads[i];

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -113,9 +114,15 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.grad_accum_steps must be >= 1, got {self.grad_accum_steps}"
             )
-        if not self.bucket_cap_mb > 0:
+        if (
+            isinstance(self.bucket_cap_mb, bool)
+            or not isinstance(self.bucket_cap_mb, (int, float))
+            or not math.isfinite(self.bucket_cap_mb)
+            or not self.bucket_cap_mb > 0
+        ):
             raise ValueError(
-                f"TrainConfig.bucket_cap_mb must be > 0, got {self.bucket_cap_mb}"
+                "TrainConfig.bucket_cap_mb must be a positive finite number of MiB, "
+                f"got {self.bucket_cap_mb!r}"
             )
         if isinstance(self.freeze, str):
             raise ValueError(

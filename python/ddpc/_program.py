@@ -176,8 +176,14 @@ class Program:
         """The compiler's plan (CLI ``--report=json``) as a new dict:
         ``model``, ``inputs``/``outputs`` (name, ONNX ``dtype``, ``shape``),
         ``parameters`` (name, shape, ``bytes``, trainable),
-        ``parameter_bytes``, ``collectives`` (op, ``bytes``) and
-        ``collective_bytes``."""
+        ``parameter_bytes``, ``collectives`` (op, ``bytes``),
+        ``collective_bytes`` (per optimizer step), ``fusion_groups``; for
+        training programs ``gradient_buckets`` (per bucket: ``bucket``,
+        ``bytes``, ``params`` in the order backward finishes them, and
+        ``function``, ``start_op``, ``function_ops``: the bucket's allreduce
+        starts after top-level op ``start_op`` of ``function_ops``); for
+        ``target="cuda"`` a ``cuda`` section (kernels, library calls and
+        arena bytes per step function)."""
         return json.loads(self._report_json) if self._report_json else {}
 
     def __repr__(self) -> str:

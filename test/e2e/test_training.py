@@ -216,14 +216,53 @@ def test_data_parallel_invariant_buckets_and_accumulation(ddpc, tmp_path):
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
 
 
-def test_bucket_cap_must_be_positive(ddpc, tmp_path):
+@pytest.mark.parametrize("cap", ["0", "-1", "nan", "inf", "1e400"])
+def test_bucket_cap_must_be_positive_and_finite(ddpc, tmp_path, cap):
     mlp_model(tmp_path / "m.onnx")
     proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           "--bucket-cap-mb", "0", "-o", str(tmp_path / "p")],
+                           f"--bucket-cap-mb={cap}", "-o", str(tmp_path / "p")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "--bucket-cap-mb must be > 0" in proc.stderr
+    assert "bucket cap (--bucket-cap-mb, TrainConfig.bucket_cap_mb) must be a positive number" in proc.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_huge_bucket_cap_is_one_bucket_after_the_first(ddpc, tmp_path):
+    """Caps beyond any model put every gradient after the first bucket (which
+    closes at 1 MiB) in one bucket. A cap of 2^43 MiB or more once
+    overflowed the byte count and gave every gradient its own bucket."""
+    rng = np.random.default_rng(0)
+    n = 600  # 1.44 MB per weight
+    ws = {f"W{i}": (rng.standard_normal((n, n)) * 0.05).astype(np.float32) for i in range(4)}
+    ws["Wout"] = (rng.standard_normal((n, C)) * 0.05).astype(np.float32)
+    nodes, h = [], "x"
+    for i in range(4):
+        nodes += [helper.make_node("MatMul", [h, f"W{i}"], [f"m{i}"]),
+                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        h = f"r{i}"
+    nodes.append(helper.make_node("MatMul", [h, "Wout"], ["logits"]))
+    g = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+                          [numpy_helper.from_array(v, k) for k, v in ws.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    for cap in ["25", "1000", "8796093022208", "1e300"]:
+        proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "2",
+                               "--bucket-cap-mb", cap, "--report=json", "--emit=obj", "-o", str(tmp_path / "p.o")],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        buckets = [b["params"] for b in json.loads(proc.stdout)["gradient_buckets"]]
+        assert buckets == [["Wout", "W3"], ["W2", "W1", "W0"]], (cap, buckets)
+
+
+def test_training_options_without_train_are_named(ddpc, tmp_path):
+    mlp_model(tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--batch-size", "4",
+                           "--bucket-cap-mb", "5", "--freeze", "W1", "-o", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "--freeze, --bucket-cap-mb apply to training programs only; add --train" in proc.stderr
 
 
 def test_gradient_accumulation(ddpc, tmp_path):

@@ -249,6 +249,27 @@ def test_train_config_validates() -> None:
         ddpc.TrainConfig(optimizer="lbfgs")
     with pytest.raises(ValueError, match="contradicts"):
         ddpc.compile(LENET, batch_size=4, train=ddpc.TrainConfig(batch_size=8))
+    for cap in (0, -1.0, float("nan"), float("inf"), "5", None, True):
+        with pytest.raises(ValueError, match="bucket_cap_mb"):
+            ddpc.TrainConfig(bucket_cap_mb=cap)
+    # Changed after construction: the compiler rejects it, naming the option.
+    config = ddpc.TrainConfig(batch_size=4)
+    config.bucket_cap_mb = -1
+    with pytest.raises(ddpc.CompileError, match="bucket_cap_mb"):
+        ddpc.compile(LENET, train=config)
+
+
+def test_train_report_lists_gradient_buckets() -> None:
+    """Every trainable parameter in exactly one bucket; the bytes add up."""
+    step = ddpc.compile(LENET, train=ddpc.TrainConfig(batch_size=2, bucket_cap_mb=0.01))
+    report = step.report()
+    buckets = report["gradient_buckets"]
+    assert len(buckets) > 1
+    names = [p for b in buckets for p in b["params"]]
+    trainable = {p["name"]: p["bytes"] for p in report["parameters"] if p["trainable"]}
+    assert sorted(names) == sorted(trainable)
+    assert sum(b["bytes"] for b in buckets) == sum(trainable.values())
+    assert all(0 < b["start_op"] <= b["function_ops"] for b in buckets)
 
 
 # -- train ------------------------------------------------------------------

@@ -17,6 +17,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <memory>
+
 using namespace llvm;
 
 static cl::SubCommand
@@ -199,9 +201,9 @@ static cl::opt<bool> syncBatchNorm(
 static cl::opt<double> bucketCapMB(
     "bucket-cap-mb",
     cl::desc("Gradient allreduce bucket cap in MiB (default 25, as PyTorch "
-             "DDP's bucket_cap_mb; the first bucket holds at most 1 MiB). "
-             "Buckets start during backward as soon as their gradients are "
-             "final; --report lists them"),
+             "DDP's bucket_cap_mb; 1 for the first bucket). A bucket closes "
+             "once its gradients reach the cap, and starts during backward "
+             "as soon as they are final; --report lists the buckets"),
     cl::init(25.0), cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
@@ -223,6 +225,8 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
     return s + "]";
   };
   os << "plan for '" << root->getString("model").value_or("") << "'\n";
+  if (auto partial = root->getString("partial"))
+    os << "  (partial: " << *partial << ")\n";
   for (const char *kind : {"inputs", "outputs"}) {
     if (const json::Array *a = root->getArray(kind))
       for (const json::Value &v : *a) {
@@ -250,18 +254,18 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
       int64_t start = b->getInteger("start_op").value_or(0);
       int64_t total = b->getInteger("function_ops").value_or(0);
       const json::Array *params = b->getArray("params");
+      size_t n = params ? params->size() : 0;
       os << "    bucket " << b->getInteger("bucket").value_or(0) << ": "
-         << b->getInteger("bytes").value_or(0) << " bytes, "
-         << (params ? params->size() : 0) << " gradients (";
-      for (size_t i = 0; params && i < params->size(); ++i) {
-        if (i == 3) {
-          os << ", ...";
-          break;
-        }
+         << b->getInteger("bytes").value_or(0) << " bytes, " << n
+         << (n == 1 ? " gradient (" : " gradients (");
+      constexpr size_t kShown = 4;
+      for (size_t i = 0; i < std::min(n, kShown); ++i)
         os << (i ? ", " : "") << (*params)[i].getAsString().value_or("");
-      }
-      os << "), starts after op " << start << " of " << total << " of "
-         << b->getString("function").value_or("") << "\n";
+      if (n > kShown)
+        os << " and " << n - kShown << " more; --report=json lists all";
+      os << "), starts after top-level op " << start << " of " << total
+         << " of " << b->getString("function").value_or("") << " ("
+         << total - start << " left to overlap with it)\n";
     }
   }
   os << "  fusion groups: " << root->getInteger("fusion_groups").value_or(0)
@@ -417,17 +421,33 @@ int main(int argc, char **argv) {
     t.gradAccumSteps = gradAccum;
     t.freeze.assign(freeze.begin(), freeze.end());
     t.syncBatchNorm = syncBatchNorm;
-    if (!(bucketCapMB > 0)) {
-      errs() << "error: --bucket-cap-mb must be > 0 (MiB), got " << bucketCapMB
-             << "\n";
+    t.bucketCapMB = bucketCapMB;
+  } else {
+    // Training options given without --train: name them.
+    std::string given;
+    cl::Option *const trainOptions[] = {
+        &loss,          &labelInput, &optimizer, &lr,
+        &momentum,      &dampening,  &nesterov,  &weightDecay,
+        &betas,         &eps,        &gradAccum, std::addressof(freeze),
+        &syncBatchNorm, &bucketCapMB};
+    for (cl::Option *o : trainOptions)
+      if (o->getNumOccurrences())
+        given += (given.empty() ? "--" : ", --") + o->ArgStr.str();
+    if (!given.empty()) {
+      errs() << "error: " << given
+             << (StringRef(given).contains(',') ? " apply" : " applies")
+             << " to training programs only; add --train\n";
       return 1;
     }
-    t.bucketCapMB = bucketCapMB;
-  } else if (loss.getNumOccurrences() || optimizer.getNumOccurrences() ||
-             lr.getNumOccurrences() || gradAccum.getNumOccurrences() ||
-             bucketCapMB.getNumOccurrences()) {
-    errs() << "error: training options (--loss, --optimizer, --lr, ...) need "
-              "--train\n";
+  }
+  if (report.getNumOccurrences() && !report.empty() && report != "json") {
+    errs() << "error: --report takes no value or 'json', got '" << report
+           << "'\n";
+    return 1;
+  }
+  if (report == "json" && outputFile == "-") {
+    errs() << "error: --report=json and -o - both write to stdout; write the "
+              "output to a file, or use --report (text, on stderr)\n";
     return 1;
   }
   options.runtimeLibDir =
@@ -443,15 +463,10 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (report.getNumOccurrences()) {
-    if (report == "json") {
+    if (report == "json")
       outs() << result.reportJSON << "\n";
-    } else if (!report.empty()) {
-      errs() << "error: --report takes no value or 'json', got '" << report
-             << "'\n";
-      return 1;
-    } else {
+    else
       printHumanReport(result.reportJSON, errs());
-    }
   }
   return rc;
 }

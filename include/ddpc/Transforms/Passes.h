@@ -79,9 +79,10 @@ std::unique_ptr<mlir::Pass> createCloneSharedFillsPass();
 /// accumulators), a gradient is *ready* after the last op of the entry
 /// block that uses its buffer or a view of it (deallocation bookkeeping
 /// aside). Gradients are taken in ready order (the order backward finishes
-/// them) and packed greedily into buckets: a bucket closes once it holds
-/// `bucketCapMB` MiB (the first one `firstBucketMB`, so communication
-/// starts early). Right after the op that readies a bucket's last gradient
+/// them) and packed greedily into buckets: a gradient joins the open
+/// bucket, which closes once it holds at least `bucketCapMB` MiB (the first
+/// one `firstBucketMB`, so communication starts early), as in PyTorch DDP;
+/// a bucket can thus exceed its cap by its last gradient. Right after the op that readies a bucket's last gradient
 /// the pass inserts
 ///   func.call @ddpc_rt_bucket_add_f32(ptr, count)   (once per gradient)
 ///   func.call @ddpc_rt_bucket_allreduce_start(bucket index : i64)
@@ -94,7 +95,7 @@ std::unique_ptr<mlir::Pass> createCloneSharedFillsPass();
 /// nothing unless this call is the synchronizing micro-batch of a
 /// multi-rank optimizer step. Fails (with an error on the function) when a
 /// gradient output is not a dense static float32 memref, or a cap is not
-/// positive.
+/// a positive finite number.
 std::unique_ptr<mlir::Pass>
 createBucketGradientAllReducePass(double bucketCapMB = 25.0,
                                   double firstBucketMB = 1.0);
