@@ -21,8 +21,13 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -73,11 +78,14 @@ void waitWithWatchdog(MPI_Request &request, const char *what) {
       gTimeoutSeconds, what);
 }
 
+void drainCommThread();
+
 template <typename T>
 void allreduceImpl(T *data, int64_t count, MPI_Datatype type,
                    const char *what) {
   if (gSize == 1 || count <= 0)
     return;
+  drainCommThread();
   for (int64_t off = 0; off < count; off += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - off));
     MPI_Request request;
@@ -97,17 +105,85 @@ struct Bucket {
 };
 bool gGradientSync = false;
 std::vector<std::pair<float *, int64_t>> gFilling;
-/// Buckets started in this call (first gStarted entries); the vector and
-/// its staging memory are kept from call to call.
-std::vector<Bucket> gBuckets;
+/// Buckets started in this call (first gStarted entries); the buckets and
+/// their staging memory are kept from call to call (a deque: the
+/// communication thread holds references while more are added).
+std::deque<Bucket> gBuckets;
 size_t gStarted = 0;
+
+/// The communication thread: runs collectives in submission order, so a
+/// bucket's allreduce makes progress (MPI_Test polling) while the main
+/// thread computes the rest of backward. MPI is initialized with
+/// MPI_THREAD_SERIALIZED: the main thread calls MPI only after drain(), when
+/// this thread is idle. Without that thread level (or with
+/// DDPC_COMM_THREAD=0) buckets are started and waited for on the main
+/// thread, and MPI progresses them only inside MPI calls.
+class CommThread {
+public:
+  CommThread() : worker([this] { loop(); }) {}
+  ~CommThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    worker.join();
+  }
+  void submit(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      jobs.push_back(std::move(job));
+      ++submitted;
+    }
+    wake.notify_all();
+  }
+  /// Returns once every submitted job has finished.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex);
+    idle.wait(lock, [&] { return finished == submitted; });
+  }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      wake.wait(lock, [&] { return stopping || !jobs.empty(); });
+      if (jobs.empty())
+        return;
+      std::function<void()> job = std::move(jobs.front());
+      jobs.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+      ++finished;
+      idle.notify_all();
+    }
+  }
+  std::mutex mutex;
+  std::condition_variable wake, idle;
+  std::deque<std::function<void()>> jobs;
+  size_t submitted = 0, finished = 0;
+  bool stopping = false;
+  std::thread worker; // Last: starts after the members above exist.
+};
+
+bool gThreadSerialized = false;
+std::unique_ptr<CommThread> gCommThread;
+
+/// Makes the main thread the only MPI caller: waits until the
+/// communication thread has finished its collectives.
+void drainCommThread() {
+  if (gCommThread)
+    gCommThread->drain();
+}
 
 } // namespace
 
 void setGradientSync(bool on) { gGradientSync = on; }
 
 void collectivesInit(int *argc, char ***argv) {
-  int rc = MPI_Init(argc, argv);
+  int provided = MPI_THREAD_SINGLE;
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
   if (rc != MPI_SUCCESS) {
     std::fprintf(stderr, "error: MPI_Init failed: %s\n",
                  mpiErrorString(rc).c_str());
@@ -118,9 +194,13 @@ void collectivesInit(int *argc, char ***argv) {
         "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &gRank), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &gSize), "MPI_Comm_size");
+  const char *env = std::getenv("DDPC_COMM_THREAD");
+  gThreadSerialized =
+      provided >= MPI_THREAD_SERIALIZED && !(env && std::string(env) == "0");
 }
 
 void collectivesFinalize() {
+  gCommThread.reset();
   if (gInitialized && mpiRunning())
     MPI_Finalize();
 }
@@ -159,6 +239,7 @@ void allreduceSum(double *data, int64_t count, const char *what) {
 void broadcastBytes(void *data, int64_t bytes, const char *what) {
   if (gSize == 1 || bytes <= 0)
     return;
+  drainCommThread();
   char *ptr = static_cast<char *>(data);
   for (int64_t off = 0; off < bytes; off += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, bytes - off));
@@ -172,6 +253,7 @@ void broadcastBytes(void *data, int64_t bytes, const char *what) {
 void barrier(const char *what) {
   if (gSize == 1)
     return;
+  drainCommThread();
   MPI_Request request;
   check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
   waitWithWatchdog(request, what);
@@ -190,9 +272,10 @@ extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
     gFilling.emplace_back(data, count);
 }
 
-/// Copies the bucket's gradients into one staging buffer and starts one
-/// MPI_Iallreduce on it (more if it exceeds MPI's int counts); MPI_Testall
-/// on the buckets already in flight lets MPI progress them meanwhile.
+/// Copies the bucket's gradients into one staging buffer and starts its
+/// allreduce: on the communication thread (MPI_Iallreduce polled with the
+/// watchdog there), else one MPI_Iallreduce here (more if it exceeds MPI's
+/// int counts), with MPI_Testall on the buckets in flight to progress them.
 extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   using namespace ddpc::runtime;
   if (!gGradientSync || gSize == 1 || gFilling.empty())
@@ -211,6 +294,23 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   for (auto [data, count] : b.members)
     out = std::copy(data, data + count, out);
   b.requests.clear();
+  if (gThreadSerialized) {
+    if (!gCommThread)
+      gCommThread = std::make_unique<CommThread>();
+    gCommThread->submit([&b, total] {
+      std::string what =
+          "allreduce of gradient bucket " + std::to_string(b.index);
+      for (int64_t off = 0; off < total; off += kMaxChunk) {
+        int n = static_cast<int>(std::min(kMaxChunk, total - off));
+        MPI_Request request;
+        check(MPI_Iallreduce(MPI_IN_PLACE, b.staging.data() + off, n, MPI_FLOAT,
+                             MPI_SUM, MPI_COMM_WORLD, &request),
+              "MPI_Iallreduce (gradient bucket)");
+        waitWithWatchdog(request, what.c_str());
+      }
+    });
+    return;
+  }
   for (int64_t off = 0; off < total; off += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, total - off));
     b.requests.emplace_back();
@@ -231,6 +331,7 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
 /// copies the sums back into the gradient accumulators.
 extern "C" void ddpc_rt_bucket_allreduce_wait(void) {
   using namespace ddpc::runtime;
+  drainCommThread();
   for (size_t i = 0; i < gStarted; ++i) {
     Bucket &b = gBuckets[i];
     std::string what =

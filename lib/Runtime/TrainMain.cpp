@@ -155,8 +155,10 @@ void printUsage(const char *prog) {
       "stay)\n"
       "  --help                  print this message\n\n"
       "Per-rank batch %lld, %d micro-batch(es) per optimizer step; the global "
-      "batch is\n%lld x world size. Exit status: 0 on success, 1 on any "
-      "error.\n",
+      "batch is\n%lld x world size. Gradients are summed over ranks in "
+      "buckets that start\nduring the backward pass of the last "
+      "micro-batch (DDPC_COMM_THREAD=0: without\nthe CPU runtime's "
+      "communication thread). Exit status: 0 on success, 1 on any\nerror.\n",
       prog, ddpc_model_name ? ddpc_model_name : "",
       ddpc_optimizer_desc ? ddpc_optimizer_desc : "",
       static_cast<double>(ddpc_default_lr),

@@ -92,12 +92,13 @@ def compile_train(ddpc, model, out, batch, *args):
     return out
 
 
-def run_train(prog, tmp, ranks=1, *args, check=True):
+def run_train(prog, tmp, ranks=1, *args, check=True, env=None):
     x, y = tmp / "x.npy", tmp / "y.npy"
     cmd = [str(prog), "--data", str(x), "--labels", str(y), "--quiet", *args]
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(ENV, **(env or {})),
+                          cwd=tmp)
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -192,11 +193,13 @@ def test_data_parallel_invariant(ddpc, tmp_path, opt):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-def test_data_parallel_invariant_buckets_and_accumulation(ddpc, tmp_path):
+@pytest.mark.parametrize("comm_thread", ["1", "0"])
+def test_data_parallel_invariant_buckets_and_accumulation(ddpc, tmp_path, comm_thread):
     """2 ranks x K=2 micro-batches of 4, gradients summed in several small
-    buckets during backward == 1 rank x one batch of 16 (AdamW, 20 steps).
-    Only the last micro-batch of a step synchronizes (a sum in an earlier
-    one would be counted twice) and every bucket covers its gradients."""
+    buckets during backward == 1 rank x one batch of 16 (AdamW, 20 steps),
+    with and without the CPU runtime's communication thread. Only the last
+    micro-batch of a step synchronizes (a sum in an earlier one would be
+    counted twice) and every bucket covers its gradients."""
     flags, _ = OPTIMIZERS["adamw"]
     mlp_model(tmp_path / "m.onnx")
     x, y = data(320)
@@ -211,7 +214,8 @@ def test_data_parallel_invariant_buckets_and_accumulation(ddpc, tmp_path):
     assert len(buckets) >= 2, buckets
     assert sorted(p for b in buckets for p in b["params"]) == ["W1", "W2", "b1", "b2"]
     one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags)
-    run_train(tmp_path / "two", tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx")
+    run_train(tmp_path / "two", tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx",
+              env={"DDPC_COMM_THREAD": comm_thread})
     run_train(one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx")
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
 
@@ -347,13 +351,16 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
 @pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
 def test_data_parallel_invariant_sync_batchnorm(ddpc, tmp_path, opt):
     """BatchNorm model with --sync-batchnorm: 2 ranks x b == 1 rank x 2b
-    (parameters and running statistics)."""
+    (parameters and running statistics). The 2-rank program has one bucket
+    per gradient, so the allreduces of the BatchNorm backward run while
+    earlier buckets are in flight."""
     flags, _ = OPTIMIZERS[opt]
     bn_model(tmp_path / "m.onnx")
     x, y = data(320, shape=(1, 4, 4))
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags, "--sync-batchnorm")
+    two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags, "--sync-batchnorm",
+                        "--bucket-cap-mb", "1e-6")
     one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags, "--sync-batchnorm")
     run_train(two, tmp_path, 2, "--epochs", "1", "--save", "two.onnx")
     run_train(one, tmp_path, 1, "--epochs", "1", "--save", "one.onnx")

@@ -1,7 +1,10 @@
 //===- Collectives.h - MPI process group with a watchdog --------*- C++ -*-===//
 //
 // The process group of training programs: MPI_COMM_WORLD, initialized with
-// MPI_Init (a program started without mpirun is a singleton: rank 0 of 1).
+// MPI_Init_thread(MPI_THREAD_SERIALIZED) (a program started without mpirun
+// is a singleton: rank 0 of 1). The CPU runtime runs gradient buckets on a
+// communication thread when MPI provides that level (TrainABI.h); every
+// function below first waits for that thread to be idle.
 // Every collective here is non-blocking MPI (MPI_Iallreduce / MPI_Ibcast)
 // polled with MPI_Test and a short sleep, so a collective that does not
 // complete within the timeout (a peer rank died or hangs) ends the job:

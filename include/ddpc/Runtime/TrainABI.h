@@ -131,10 +131,11 @@ void ddpc_rt_allreduce_sum_f32(float *data, int64_t count);
 /// ddpc_rt_bucket_allreduce_wait(). The runtime sums every bucket in place
 /// over all ranks while backward goes on (CUDA: grouped NCCL allreduces on
 /// the communication stream, after an event on the compute stream; CPU: one
-/// MPI_Iallreduce of a host staging copy per bucket), and `wait` orders the
-/// results before what follows (CUDA: the compute stream waits for the
-/// communication stream; CPU: waits, with the collective watchdog, and
-/// copies back). All three are no-ops unless the runtime marked this call
+/// MPI_Iallreduce of a host staging copy per bucket, on a communication
+/// thread unless DDPC_COMM_THREAD=0 or MPI lacks MPI_THREAD_SERIALIZED), and
+/// `wait` orders the results before what follows (CUDA: the compute stream
+/// waits for the communication stream; CPU: waits, with the collective
+/// watchdog, and copies back). All three are no-ops unless the runtime marked this call
 /// as the synchronizing micro-batch of a multi-rank optimizer step (its
 /// last), as PyTorch DDP's no_sync() does for the others. Never return on
 /// failure.
