@@ -26,7 +26,11 @@ config.substitutions.append(
 llvm_config.with_system_environment(["HOME", "TMPDIR", "PATH", "PYTHONPATH"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.ddpc_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["ddpc", "ddpc-opt", "FileCheck", "not", "count"], tool_dirs)
+llvm_config.add_tool_substitutions(["ddpc", "ddpc-opt", "FileCheck", "not", "count", "mlir-tblgen"],
+                                   tool_dirs)
+# MLIR's .td files (mlir/Pass/PassBase.td), beside the LLVM tools' folder.
+config.substitutions.append(
+    ("%mlir_include", os.path.normpath(os.path.join(config.llvm_tools_dir, "..", "include"))))
 
 # The CUDA target's tests need the CUDA toolkit (ptxas, fatbinary,
 # libdevice) and, to link programs, the CUDA runtime archive, which CMake

@@ -22,6 +22,9 @@
 using namespace mlir;
 
 namespace ddpc {
+
+#define GEN_PASS_DEF_BUCKETGRADIENTALLREDUCEPASS
+#include "ddpc/Transforms/Passes.h.inc"
 namespace {
 
 /// One gradient output of a function: its out-parameter and the op of the
@@ -74,36 +77,8 @@ lastUse(Value root, Block &entry,
 }
 
 struct BucketGradientAllReducePass
-    : PassWrapper<BucketGradientAllReducePass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BucketGradientAllReducePass)
-  BucketGradientAllReducePass() = default;
-  BucketGradientAllReducePass(const BucketGradientAllReducePass &other)
-      : PassWrapper(other) {}
-  BucketGradientAllReducePass(double capMB, double firstMB) {
-    bucketCapMB = capMB;
-    firstBucketMB = firstMB;
-  }
-  StringRef getArgument() const override {
-    return "ddpc-bucket-gradient-allreduce";
-  }
-  StringRef getDescription() const override {
-    return "Sum gradient outputs over ranks in buckets that start during "
-           "backward, as soon as their gradients are final";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, func::FuncDialect, LLVM::LLVMDialect,
-                    memref::MemRefDialect>();
-  }
-
-  Option<double> bucketCapMB{
-      *this, "bucket-cap-mb",
-      llvm::cl::desc("Bucket size cap in MiB (PyTorch DDP's bucket_cap_mb)"),
-      llvm::cl::init(25.0)};
-  Option<double> firstBucketMB{
-      *this, "first-bucket-mb",
-      llvm::cl::desc("Cap of the first bucket in MiB, smaller so that "
-                     "communication starts early"),
-      llvm::cl::init(1.0)};
+    : impl::BucketGradientAllReducePassBase<BucketGradientAllReducePass> {
+  using BucketGradientAllReducePassBase::BucketGradientAllReducePassBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -219,11 +194,5 @@ struct BucketGradientAllReducePass
 };
 
 } // namespace
-
-std::unique_ptr<Pass> createBucketGradientAllReducePass(double bucketCapMB,
-                                                        double firstBucketMB) {
-  return std::make_unique<BucketGradientAllReducePass>(bucketCapMB,
-                                                       firstBucketMB);
-}
 
 } // namespace ddpc

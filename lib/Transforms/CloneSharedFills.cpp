@@ -15,19 +15,13 @@
 using namespace mlir;
 
 namespace ddpc {
+
+#define GEN_PASS_DEF_CLONESHAREDFILLSPASS
+#include "ddpc/Transforms/Passes.h.inc"
 namespace {
 
 struct CloneSharedFillsPass
-    : PassWrapper<CloneSharedFillsPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CloneSharedFillsPass)
-  StringRef getArgument() const override { return "ddpc-clone-shared-fills"; }
-  StringRef getDescription() const override {
-    return "Give every destination use of a tensor linalg.fill its own fill "
-           "(so bufferization writes in place instead of copying)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<linalg::LinalgDialect, tensor::TensorDialect>();
-  }
+    : impl::CloneSharedFillsPassBase<CloneSharedFillsPass> {
 
   void runOnOperation() override {
     SmallVector<linalg::FillOp> fills;
@@ -59,9 +53,5 @@ struct CloneSharedFillsPass
 };
 
 } // namespace
-
-std::unique_ptr<Pass> createCloneSharedFillsPass() {
-  return std::make_unique<CloneSharedFillsPass>();
-}
 
 } // namespace ddpc

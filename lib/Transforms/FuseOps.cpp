@@ -20,6 +20,9 @@
 using namespace mlir;
 
 namespace ddpc {
+
+#define GEN_PASS_DEF_FUSEOPSPASS
+#include "ddpc/Transforms/Passes.h.inc"
 namespace {
 
 bool allParallel(linalg::GenericOp op) {
@@ -40,19 +43,9 @@ void collectNames(Location loc, llvm::SetVector<StringRef> &names) {
   });
 }
 
-struct FuseOpsPass : PassWrapper<FuseOpsPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseOpsPass)
+struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
 
-  explicit FuseOpsPass(unsigned maxRecompute) : maxRecompute(maxRecompute) {}
-
-  StringRef getArgument() const override { return "ddpc-fuse-ops"; }
-  StringRef getDescription() const override {
-    return "Fuse elementwise producers into consumers (one kernel per "
-           "group) and label the groups";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<linalg::LinalgDialect>();
-  }
+  using FuseOpsPassBase::FuseOpsPassBase;
 
   /// Whether to fuse the producer of `operand` into its owner.
   bool shouldFuse(OpOperand &operand) const {
@@ -65,7 +58,7 @@ struct FuseOpsPass : PassWrapper<FuseOpsPass, OperationPass<func::FuncOp>> {
     // One read per producer element: no duplicated work.
     if (!consumer.getMatchingIndexingMap(&operand).isPermutation())
       return false;
-    if (!operand.get().hasOneUse() && bodySize(producer) > maxRecompute)
+    if (!operand.get().hasOneUse() && bodySize(producer) > maxRecomputeOps)
       return false;
     return linalg::areElementwiseOpsFusable(&operand);
   }
@@ -127,14 +120,8 @@ struct FuseOpsPass : PassWrapper<FuseOpsPass, OperationPass<func::FuncOp>> {
       op->setAttr("ddpc.fused_nodes", b.getArrayAttr(nameAttrs));
     });
   }
-
-  unsigned maxRecompute;
 };
 
 } // namespace
-
-std::unique_ptr<Pass> createFuseOpsPass(unsigned maxRecomputeOps) {
-  return std::make_unique<FuseOpsPass>(maxRecomputeOps);
-}
 
 } // namespace ddpc

@@ -33,6 +33,19 @@ using namespace mlir;
 
 namespace ddpc {
 
+#define GEN_PASS_DEF_GEMMTOLIBRARYCALLPASS
+#define GEN_PASS_DEF_GEMMEPILOGUESPASS
+#define GEN_PASS_DEF_CONVTOGEMMPASS
+#define GEN_PASS_DEF_SCATTERTOATOMICPASS
+#define GEN_PASS_DEF_MEMREFCOPYTOLINALGPASS
+#define GEN_PASS_DEF_PARALLELLOOPSOUTERMOSTPASS
+#define GEN_PASS_DEF_SPLITREDUCTIONSPASS
+#define GEN_PASS_DEF_SERIALLOOPSTODEVICEPASS
+#define GEN_PASS_DEF_COLLAPSEPARALLELLOOPSPASS
+#define GEN_PASS_DEF_GPUHOSTSYNCPASS
+#define GEN_PASS_DEF_GPUMERGEMODULESPASS
+#include "ddpc/Transforms/Passes.h.inc"
+
 func::FuncOp getOrDeclare(ModuleOp module, StringRef name, FunctionType type) {
   if (auto f = module.lookupSymbol<func::FuncOp>(name))
     return f;
@@ -222,17 +235,7 @@ func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
 }
 
 struct GemmToLibraryCallPass
-    : PassWrapper<GemmToLibraryCallPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GemmToLibraryCallPass)
-  StringRef getArgument() const override { return "ddpc-gemm-to-library-call"; }
-  StringRef getDescription() const override {
-    return "Replace float32 (batched) matmul generics on dense buffers with "
-           "calls to the runtime's ddpc_gemm_f32 (cuBLAS)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, func::FuncDialect,
-                    memref::MemRefDialect>();
-  }
+    : impl::GemmToLibraryCallPassBase<GemmToLibraryCallPass> {
 
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> candidates;
@@ -365,18 +368,7 @@ std::optional<int32_t> matchBiasActivation(Block &body, Value c, Value bias) {
   return 1;
 }
 
-struct GemmEpiloguesPass
-    : PassWrapper<GemmEpiloguesPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GemmEpiloguesPass)
-  StringRef getArgument() const override { return "ddpc-gemm-epilogues"; }
-  StringRef getDescription() const override {
-    return "Fold a bias add (+ ReLU) kernel that follows a GEMM into the GEMM "
-           "(cuBLASLt epilogue), keeping both as a fallback";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, func::FuncDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-  }
+struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
 
   void runOnOperation() override {
     SmallVector<func::CallOp> gemms;
@@ -513,17 +505,7 @@ bool isMulAdd(linalg::GenericOp op) {
          (mul.getLhs() == w && mul.getRhs() == x);
 }
 
-struct ConvToGemmPass
-    : PassWrapper<ConvToGemmPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ConvToGemmPass)
-  StringRef getArgument() const override { return "ddpc-conv-to-gemm"; }
-  StringRef getDescription() const override {
-    return "Lower ungrouped 2-d convolutions to im2col + ddpc_gemm_f32";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, func::FuncDialect,
-                    linalg::LinalgDialect, memref::MemRefDialect>();
-  }
+struct ConvToGemmPass : impl::ConvToGemmPassBase<ConvToGemmPass> {
 
   void runOnOperation() override {
     SmallVector<linalg::GenericOp> convs;
@@ -988,17 +970,7 @@ LogicalResult rewriteAsAtomicLoops(linalg::GenericOp op, unsigned numOuter) {
 }
 
 struct ScatterToAtomicPass
-    : PassWrapper<ScatterToAtomicPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ScatterToAtomicPass)
-  StringRef getArgument() const override { return "ddpc-scatter-to-atomic"; }
-  StringRef getDescription() const override {
-    return "Turn additive reduction generics without parallel output loops "
-           "into parallel loops with atomic adds";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<affine::AffineDialect, arith::ArithDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-  }
+    : impl::ScatterToAtomicPassBase<ScatterToAtomicPass> {
 
   void runOnOperation() override {
     SmallVector<linalg::GenericOp> candidates;
@@ -1020,20 +992,8 @@ struct ScatterToAtomicPass
 //===----------------------------------------------------------------------===//
 
 struct SplitReductionsPass
-    : PassWrapper<SplitReductionsPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(SplitReductionsPass)
-  SplitReductionsPass() = default;
-  SplitReductionsPass(int64_t threads, int64_t minLength)
-      : targetThreads(threads), minReduction(minLength) {}
-  StringRef getArgument() const override { return "ddpc-split-reductions"; }
-  StringRef getDescription() const override {
-    return "Spread long additive reductions with few outputs over threads "
-           "(partial sums, atomic adds)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<affine::AffineDialect, arith::ArithDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-  }
+    : impl::SplitReductionsPassBase<SplitReductionsPass> {
+  using SplitReductionsPassBase::SplitReductionsPassBase;
 
   void runOnOperation() override {
     SmallVector<std::pair<linalg::GenericOp, unsigned>> candidates;
@@ -1071,9 +1031,6 @@ struct SplitReductionsPass
     for (auto [op, numOuter] : candidates)
       (void)rewriteAsAtomicLoops(op, numOuter);
   }
-
-  int64_t targetThreads = 65536;
-  int64_t minReduction = 256;
 };
 
 //===----------------------------------------------------------------------===//
@@ -1081,17 +1038,7 @@ struct SplitReductionsPass
 //===----------------------------------------------------------------------===//
 
 struct MemRefCopyToLinalgPass
-    : PassWrapper<MemRefCopyToLinalgPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(MemRefCopyToLinalgPass)
-  StringRef getArgument() const override {
-    return "ddpc-memref-copy-to-linalg";
-  }
-  StringRef getDescription() const override {
-    return "Rewrite memref.copy as linalg.copy (a kernel on GPU targets)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<linalg::LinalgDialect>();
-  }
+    : impl::MemRefCopyToLinalgPassBase<MemRefCopyToLinalgPass> {
   void runOnOperation() override {
     SmallVector<memref::CopyOp> copies;
     getOperation().walk([&](memref::CopyOp op) { copies.push_back(op); });
@@ -1108,17 +1055,7 @@ struct MemRefCopyToLinalgPass
 //===----------------------------------------------------------------------===//
 
 struct CollapseParallelLoopsPass
-    : PassWrapper<CollapseParallelLoopsPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CollapseParallelLoopsPass)
-  StringRef getArgument() const override {
-    return "ddpc-collapse-parallel-loops";
-  }
-  StringRef getDescription() const override {
-    return "Collapse outermost n-d scf.parallel loops into 1-d loops";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<affine::AffineDialect, arith::ArithDialect>();
-  }
+    : impl::CollapseParallelLoopsPassBase<CollapseParallelLoopsPass> {
   void runOnOperation() override {
     SmallVector<scf::ParallelOp> loops;
     getOperation().walk([&](scf::ParallelOp op) {
@@ -1141,14 +1078,7 @@ struct CollapseParallelLoopsPass
 //===----------------------------------------------------------------------===//
 
 struct ParallelLoopsOutermostPass
-    : PassWrapper<ParallelLoopsOutermostPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ParallelLoopsOutermostPass)
-  StringRef getArgument() const override {
-    return "ddpc-parallel-loops-outermost";
-  }
-  StringRef getDescription() const override {
-    return "Interchange linalg loops so that parallel loops enclose reductions";
-  }
+    : impl::ParallelLoopsOutermostPassBase<ParallelLoopsOutermostPass> {
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -1218,17 +1148,7 @@ bool isSerialDeviceLoop(scf::ForOp loop) {
 }
 
 struct SerialLoopsToDevicePass
-    : PassWrapper<SerialLoopsToDevicePass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(SerialLoopsToDevicePass)
-  StringRef getArgument() const override {
-    return "ddpc-serial-loops-to-device";
-  }
-  StringRef getDescription() const override {
-    return "Wrap host loops over memory into one-iteration scf.parallel loops";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, scf::SCFDialect>();
-  }
+    : impl::SerialLoopsToDevicePassBase<SerialLoopsToDevicePass> {
   void runOnOperation() override {
     SmallVector<scf::ForOp> loops;
     getOperation().walk<WalkOrder::PreOrder>([&](scf::ForOp loop) {
@@ -1298,16 +1218,7 @@ bool containsDeviceWork(Operation *op) {
   return found;
 }
 
-struct GPUHostSyncPass : PassWrapper<GPUHostSyncPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GPUHostSyncPass)
-  StringRef getArgument() const override { return "ddpc-gpu-host-sync"; }
-  StringRef getDescription() const override {
-    return "Wait for the compute stream before host memory accesses that "
-           "follow device work, and before returning from public functions";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<func::FuncDialect>();
-  }
+struct GPUHostSyncPass : impl::GPUHostSyncPassBase<GPUHostSyncPass> {
 
   func::FuncOp syncFn;
 
@@ -1375,13 +1286,7 @@ struct GPUHostSyncPass : PassWrapper<GPUHostSyncPass, OperationPass<ModuleOp>> {
 //===----------------------------------------------------------------------===//
 
 struct GPUMergeModulesPass
-    : PassWrapper<GPUMergeModulesPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(GPUMergeModulesPass)
-  StringRef getArgument() const override { return "ddpc-gpu-merge-modules"; }
-  StringRef getDescription() const override {
-    return "Move every outlined kernel into one gpu.module named "
-           "ddpc_kernels (one PTX/cubin per architecture)";
-  }
+    : impl::GPUMergeModulesPassBase<GPUMergeModulesPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<gpu::GPUModuleOp> modules(module.getOps<gpu::GPUModuleOp>());
@@ -1421,58 +1326,11 @@ struct GPUMergeModulesPass
 
 } // namespace
 
-std::unique_ptr<Pass> createGPUMergeModulesPass() {
-  return std::make_unique<GPUMergeModulesPass>();
-}
+namespace {
+#define GEN_PASS_REGISTRATION
+#include "ddpc/Transforms/Passes.h.inc"
+} // namespace
 
-std::unique_ptr<Pass> createGemmToLibraryCallPass() {
-  return std::make_unique<GemmToLibraryCallPass>();
-}
-std::unique_ptr<Pass> createGemmEpiloguesPass() {
-  return std::make_unique<GemmEpiloguesPass>();
-}
-std::unique_ptr<Pass> createConvToGemmPass() {
-  return std::make_unique<ConvToGemmPass>();
-}
-std::unique_ptr<Pass> createScatterToAtomicPass() {
-  return std::make_unique<ScatterToAtomicPass>();
-}
-std::unique_ptr<Pass> createMemRefCopyToLinalgPass() {
-  return std::make_unique<MemRefCopyToLinalgPass>();
-}
-std::unique_ptr<Pass> createCollapseParallelLoopsPass() {
-  return std::make_unique<CollapseParallelLoopsPass>();
-}
-std::unique_ptr<Pass> createSplitReductionsPass(int64_t targetThreads,
-                                                int64_t minReduction) {
-  return std::make_unique<SplitReductionsPass>(targetThreads, minReduction);
-}
-std::unique_ptr<Pass> createParallelLoopsOutermostPass() {
-  return std::make_unique<ParallelLoopsOutermostPass>();
-}
-std::unique_ptr<Pass> createSerialLoopsToDevicePass() {
-  return std::make_unique<SerialLoopsToDevicePass>();
-}
-std::unique_ptr<Pass> createGPUHostSyncPass() {
-  return std::make_unique<GPUHostSyncPass>();
-}
-
-void registerTransformsPasses() {
-  registerPass([] { return createFuseOpsPass(); });
-  registerPass([] { return createCloneSharedFillsPass(); });
-  registerPass([] { return createBucketGradientAllReducePass(); });
-  registerPass([] { return createGemmToLibraryCallPass(); });
-  registerPass([] { return createConvToGemmPass(); });
-  registerPass([] { return createGemmEpiloguesPass(); });
-  registerPass([] { return createScatterToAtomicPass(); });
-  registerPass([] { return createMemRefCopyToLinalgPass(); });
-  registerPass([] { return createCollapseParallelLoopsPass(); });
-  registerPass([] { return createParallelLoopsOutermostPass(); });
-  registerPass([] { return createSplitReductionsPass(); });
-  registerPass([] { return createSerialLoopsToDevicePass(); });
-  registerPass([] { return createGPUHostSyncPass(); });
-  registerPass([] { return createGPUMergeModulesPass(); });
-  registerPass([] { return createPlanArenaPass(); });
-}
+void registerTransformsPasses() { registerDDPCTransformsPasses(); }
 
 } // namespace ddpc

@@ -23,6 +23,9 @@
 using namespace mlir;
 
 namespace ddpc {
+
+#define GEN_PASS_DEF_PLANARENAPASS
+#include "ddpc/Transforms/Passes.h.inc"
 namespace {
 
 constexpr int64_t kArenaAlignment = 256;
@@ -48,16 +51,7 @@ int64_t staticBytes(MemRefType type) {
   return std::max<int64_t>(bytes, 1);
 }
 
-struct PlanArenaPass : PassWrapper<PlanArenaPass, OperationPass<func::FuncOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlanArenaPass)
-  StringRef getArgument() const override { return "ddpc-plan-arena"; }
-  StringRef getDescription() const override {
-    return "Place the statically sized temporary buffers of a function in "
-           "one arena at compile-time offsets (live-range packing)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, memref::MemRefDialect>();
-  }
+struct PlanArenaPass : impl::PlanArenaPassBase<PlanArenaPass> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -170,9 +164,5 @@ struct PlanArenaPass : PassWrapper<PlanArenaPass, OperationPass<func::FuncOp>> {
 };
 
 } // namespace
-
-std::unique_ptr<Pass> createPlanArenaPass() {
-  return std::make_unique<PlanArenaPass>();
-}
 
 } // namespace ddpc
