@@ -18,6 +18,9 @@ subprocesses with timeouts, so one failure cannot hide the others):
      first moment after one step is (1-beta1)*g), the BatchNorm statistics
      after one step, and the AdamW update (w1 vs w0, m1, v1); no chaos yet,
      so these are compared strictly with the CPU reference;
+     (CUDA) step 1 again with DDPC_NCCL_SELF_TEST=1: the gradient buckets
+     go through a 1-rank NCCL communicator, the only NCCL path a one-GPU,
+     MPI-less machine can run; loss and weights must match step 3's;
   4. ddpc, the N fixed steps (--no-shuffle, the CPU reference's flags):
      per-step losses (--log-json) and final weights (--checkpoint) against
      the CPU reference, within the tolerance plus the float32-chaos
@@ -46,6 +49,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import struct
@@ -543,6 +547,51 @@ class ModelCheck:
         for p in problems:
             self.fail(f"{self.label}: {p}")
 
+    def nccl_self_test(self) -> None:
+        """CUDA only: step 1 again with DDPC_NCCL_SELF_TEST=1, which runs the
+        gradient buckets through a 1-rank NCCL communicator (grouped in-place
+        allreduces on the communication stream, ordered with events against
+        the compute stream). A sum over one rank changes nothing, so the
+        step-1 loss and weights must match the plain step-1 run's; the
+        program must report the buckets it allreduced. This machine has one
+        GPU and no MPI, so it is the only NCCL path that can run here."""
+        ref_ck = self.work / "step1.ckpt"
+        if self.mode != "cuda" or self.ctx["budget"].left() < 30 or not ref_ck.exists():
+            return
+        ck_path, log_path = self.work / "nccl.ckpt", self.work / "nccl.jsonl"
+        log_path.unlink(missing_ok=True)
+        self.log("ddpc: step 1 with DDPC_NCCL_SELF_TEST=1 (gradient buckets through a 1-rank NCCL communicator)")
+        r = self.run_ddpc("nccl_self_test", ["--epochs", 1, "--stop-after-steps", 1, "--checkpoint", ck_path,
+                                             "--log-json", log_path], TIMEOUTS[self.mode]["short"],
+                          env_extra={"DDPC_NCCL_SELF_TEST": "1"})
+        out = {}
+        self.res["nccl_self_test"] = out
+        if r["rc"] != 0 or not ck_path.exists():
+            self.fail(why_failed(r, f"{self.label}, 1-step run with DDPC_NCCL_SELF_TEST=1"))
+            return
+        m = re.search(r"DDPC_NCCL_SELF_TEST: (\d+) gradient bucket", r["err"])
+        out["buckets"] = int(m.group(1)) if m else 0
+        try:
+            got, ref = read_checkpoint(ck_path)["params"], read_checkpoint(ref_ck)["params"]
+        except Exception as ex:  # noqa: BLE001
+            self.fail(f"{self.label}: cannot read the DDPC_NCCL_SELF_TEST checkpoint: {ex}")
+            return
+        worst = 0.0
+        for name, w in ref.items():
+            d = float(np.linalg.norm(got[name].astype(np.float64) - w)) / max(float(np.linalg.norm(w)), 1e-30)
+            worst = max(worst, d)
+        recs, ref_recs = read_jsonl(log_path), read_jsonl(self.work / "step1.jsonl")
+        loss, ref_loss = (recs[0]["loss"] if recs else float("nan")), (ref_recs[0]["loss"] if ref_recs else float("nan"))
+        out.update(weights_rel_diff=worst, loss=loss, ref_loss=ref_loss)
+        # The two runs differ only in the order of atomic float additions.
+        ok = out["buckets"] > 0 and worst <= GRAD_RTOL and abs(loss - ref_loss) <= LOSS1_RTOL * max(1.0, abs(ref_loss))
+        out["verdict"] = "PASS" if ok else "FAIL"
+        self.log(f"NCCL self-test: {out['buckets']} bucket(s), step-1 weights within {worst:.3g} relative, "
+                 f"loss {loss} vs {ref_loss}: {out['verdict']}")
+        if not ok:
+            self.fail(f"{self.label}: DDPC_NCCL_SELF_TEST step 1 differs from the plain run "
+                      f"({out['buckets']} buckets reported, weights off by {worst:.3g} relative, loss {loss} vs {ref_loss})")
+
     def profile(self) -> None:
         """CUDA only: 2 steps with DDPC_CUDA_PROFILE=1; keeps the runtime's
         device time per kernel (information, not part of the exit status)."""
@@ -761,6 +810,7 @@ class ModelCheck:
             return self.res
         if self.initial_weights():
             self.step_one()
+            self.nccl_self_test()
             self.profile()
             self.trajectory()
             self.timed()

@@ -866,7 +866,7 @@ int run(int argc, char **argv) {
       // The last micro-batch sums the accumulated gradients over ranks, in
       // buckets that start during its backward (PyTorch DDP's no_sync()
       // for the others).
-      setGradientSync(world > 1 && k == K - 1);
+      setGradientSync(k == K - 1);
       ddpc_train_micro(microArgs.data());
       cb = 1 - cb;
       cg = 1 - cg;

@@ -317,7 +317,12 @@ int main(int argc, char **argv) {
       "  DDPC_CUDA_PROFILE=1   print device time per kernel/library call at "
       "exit\n"
       "  DDPC_CUDA_SYNC_CHECK=1  wait after every kernel and name the one "
-      "that fails\n");
+      "that fails\n"
+      "  DDPC_NCCL_SELF_TEST=1   one rank: gradient buckets through a 1-rank "
+      "NCCL communicator\n"
+      "Environment of training programs (--target cpu):\n"
+      "  DDPC_COMM_THREAD=0    gradient buckets without the communication "
+      "thread\n");
 
   if (!compileCmd) {
     errs() << "ddpc: no command given; try 'ddpc compile --help'\n";

@@ -61,7 +61,9 @@ void allreduceSum(double *data, int64_t count, const char *what);
 /// Whether the next ddpc_train_micro calls sum their gradient buckets over
 /// ranks (TrainABI.h: ddpc_rt_bucket_*); off at start. The training loop
 /// turns it on for the last micro-batch of each optimizer step. Ignored
-/// when the world size is 1.
+/// when the world size is 1 (except by the CUDA runtime's
+/// DDPC_NCCL_SELF_TEST=1, which runs the buckets through a 1-rank NCCL
+/// communicator).
 void setGradientSync(bool on);
 
 /// Broadcasts `bytes` bytes from rank 0 to all ranks. No-op when the world

@@ -223,6 +223,14 @@ Clock::time_point gPendingSince;
 bool gGradientSync = false;
 std::vector<std::pair<float *, int64_t>> gBucket;
 bool gBucketsInFlight = false;
+/// DDPC_NCCL_SELF_TEST=1 on a single rank: a 1-rank NCCL communicator, so
+/// the gradient buckets run through NCCL (a sum over one rank: the values
+/// must not change) on a machine with one GPU and no MPI (the GPU check).
+bool gSelfTest = false;
+int64_t gBucketsAllreduced = 0;
+
+/// Whether this micro-batch's gradient buckets go through NCCL.
+bool bucketsActive() { return gGradientSync && gComm != nullptr; }
 
 void notePending() {
   if (!gPending) {
@@ -301,11 +309,18 @@ void collectivesInit(int *argc, char ***argv) {
   }
   // The device is chosen on first use (so --help works anywhere); NCCL
   // needs it now.
-  if (gSize > 1)
+  const char *selfTest = std::getenv("DDPC_NCCL_SELF_TEST");
+  gSelfTest = gSize == 1 && selfTest && std::string(selfTest) == "1";
+  if (gSize > 1 || gSelfTest)
     initNccl();
 }
 
 void collectivesFinalize() {
+  if (gSelfTest)
+    std::fprintf(stderr,
+                 "ddpc: note: DDPC_NCCL_SELF_TEST: %lld gradient bucket(s) "
+                 "allreduced through a 1-rank NCCL communicator\n",
+                 static_cast<long long>(gBucketsAllreduced));
   if (gComm) {
     cudaStreamSynchronize(gCommStream);
     ncclCommDestroy(gComm);
@@ -390,7 +405,7 @@ extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
 
 extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
   using namespace ddpc::runtime;
-  if (gGradientSync && gSize > 1 && count > 0)
+  if (bucketsActive() && count > 0)
     gBucket.emplace_back(data, count);
 }
 
@@ -399,7 +414,7 @@ extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
 /// compute stream goes on with backward.
 extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   using namespace ddpc::runtime;
-  if (!gGradientSync || gSize == 1 || gBucket.empty())
+  if (!bucketsActive() || gBucket.empty())
     return;
   cudaStream_t compute = cuda::computeStream();
   cuda::check(cudaEventRecord(gComputeReady, compute),
@@ -415,6 +430,7 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
               call.c_str());
   checkNccl(ncclGroupEnd(), "ncclGroupEnd");
   gBucket.clear();
+  ++gBucketsAllreduced;
   cuda::check(cudaEventRecord(gCommDone, gCommStream),
               "cudaEventRecord (gradient bucket)");
   gBucketsInFlight = true;
