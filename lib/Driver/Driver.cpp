@@ -19,6 +19,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/Pass.h"
@@ -528,13 +529,24 @@ void addBucketReport(ModuleOp module, std::string &reportJSON) {
 /// "gpu-kernels": per step function the kernel launches, cuBLAS GEMM calls
 /// (of which cuBLASLt GEMMs with a fused bias/ReLU epilogue), cuDNN
 /// convolutions (library fallbacks are not counted) and arena bytes
-/// (ddpc-plan-arena), plus the architectures.
+/// (ddpc-plan-arena), plus the architectures. `emulated` (cuda-emulate,
+/// from the IR after stage "bufferized"): kernels are still the outermost
+/// scf.parallel loops that the CUDA pipeline turns into launches.
 void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
-                   std::string &reportJSON) {
+                   std::string &reportJSON, bool emulated = false) {
+  auto isKernel = [&](Operation *op) {
+    if (emulated)
+      return isa<scf::ParallelOp>(op) &&
+             !op->getParentOfType<scf::ParallelOp>();
+    return isa<gpu::LaunchFuncOp>(op);
+  };
   editReport(reportJSON, [&](llvm::json::Object *root) {
     llvm::json::Array functions;
     int64_t kernels = 0;
-    module.walk([&](gpu::GPUFuncOp) { ++kernels; });
+    if (emulated)
+      module.walk([&](scf::ParallelOp op) { kernels += isKernel(op); });
+    else
+      module.walk([&](gpu::GPUFuncOp) { ++kernels; });
     // Launches, GEMMs and fused-epilogue GEMMs of one call of `f`, including
     // those of the module's functions it calls (the gradient allreduce
     // helpers), once per call site.
@@ -551,7 +563,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
       f.walk<WalkOrder::PreOrder>([&](Operation *op) {
         if (op->hasAttr("ddpc.library_fallback"))
           return WalkResult::skip();
-        if (isa<gpu::LaunchFuncOp>(op)) {
+        if (isKernel(op)) {
           ++c.launches;
         } else if (auto call = dyn_cast<func::CallOp>(op)) {
           bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
@@ -591,6 +603,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
       archList.push_back(a);
     (*root)["cuda"] = llvm::json::Object{{"archs", std::move(archList)},
                                          {"kernels", kernels},
+                                         {"emulated", emulated},
                                          {"functions", std::move(functions)}};
   });
 }
@@ -915,8 +928,11 @@ int compile(const CompileOptions &options, std::string &error,
             buildGPULoopPipeline(pm);
         }))
       return kCompileError;
-    if (result)
+    if (result) {
       addBucketReport(*module, result->reportJSON);
+      if (options.target == "cuda-emulate")
+        addCUDAReport(*module, {}, result->reportJSON, /*emulated=*/true);
+    }
     if (!runPhase("lowered", [&](OpPassManager &pm) {
           buildLowerToLLVMPipeline(pm, pipeline);
         }))

@@ -245,6 +245,25 @@ def test_report_counts_launches_of_called_helpers(ddpc, tmp_path):
     assert helpers and counts["train_micro"] > bodies["train_micro"].count("gpu.launch_func")
 
 
+def test_cuda_emulate_report_matches_cuda_report(ddpc, tmp_path):
+    """cuda-emulate runs the CUDA pipeline's kernel-level IR on the CPU; its
+    --report counts kernels (outermost parallel loops, before outlining) and
+    library calls per step function, which must be what the CUDA target
+    launches and calls (counted on gpu.launch_func after outlining)."""
+    import json
+    model, flags = CASES[0]  # Fashion-MNIST CNN: GEMMs, cuDNN convolutions.
+    reports = {}
+    for target in ("cuda", "cuda-emulate"):
+        r = subprocess.run([ddpc, "compile", str(ROOT / model), *flags, "--target", target, "--report=json",
+                            "-o", str(tmp_path / target)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        reports[target] = json.loads(r.stdout)["cuda"]
+    assert reports["cuda-emulate"]["emulated"] and not reports["cuda"]["emulated"]
+    assert reports["cuda-emulate"]["kernels"] == reports["cuda"]["kernels"]
+    assert reports["cuda-emulate"]["functions"] == reports["cuda"]["functions"]
+    assert any(f["kernel_launches"] > 0 and f["cudnn_convolutions"] > 0 for f in reports["cuda"]["functions"])
+
+
 def driver_present():
     import ctypes
     try:

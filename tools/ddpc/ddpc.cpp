@@ -271,7 +271,11 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
   os << "  fusion groups: " << root->getInteger("fusion_groups").value_or(0)
      << " (one loop nest or kernel each)\n";
   if (const json::Object *cuda = root->getObject("cuda")) {
-    os << "  cuda: " << cuda->getInteger("kernels").value_or(0)
+    os << "  cuda"
+       << (cuda->getBoolean("emulated").value_or(false)
+               ? " (cuda-emulate: kernels run serially on the CPU)"
+               : "")
+       << ": " << cuda->getInteger("kernels").value_or(0)
        << " generated kernels (with those that run only when cuDNN/cuBLASLt "
           "decline a call)\n";
     if (const json::Array *fns = cuda->getArray("functions"))
