@@ -578,6 +578,9 @@ class ModelCheck:
             return
         worst = 0.0
         for name, w in ref.items():
+            if name not in got or got[name].shape != w.shape:
+                worst = math.inf
+                continue
             d = float(np.linalg.norm(got[name].astype(np.float64) - w)) / max(float(np.linalg.norm(w)), 1e-30)
             worst = max(worst, d)
         recs, ref_recs = read_jsonl(log_path), read_jsonl(self.work / "step1.jsonl")
@@ -588,9 +591,12 @@ class ModelCheck:
         out["verdict"] = "PASS" if ok else "FAIL"
         self.log(f"NCCL self-test: {out['buckets']} bucket(s), step-1 weights within {worst:.3g} relative, "
                  f"loss {loss} vs {ref_loss}: {out['verdict']}")
-        if not ok:
+        if out["buckets"] == 0:
+            self.fail(f"{self.label}: with DDPC_NCCL_SELF_TEST=1 the program reported no gradient bucket "
+                      f"allreduced through NCCL")
+        elif not ok:
             self.fail(f"{self.label}: DDPC_NCCL_SELF_TEST step 1 differs from the plain run "
-                      f"({out['buckets']} buckets reported, weights off by {worst:.3g} relative, loss {loss} vs {ref_loss})")
+                      f"(weights off by {worst:.3g} relative, loss {loss} vs {ref_loss})")
 
     def profile(self) -> None:
         """CUDA only: 2 steps with DDPC_CUDA_PROFILE=1; keeps the runtime's
