@@ -548,7 +548,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
     else
       module.walk([&](gpu::GPUFuncOp) { ++kernels; });
     // Launches, GEMMs and fused-epilogue GEMMs of one call of `f`, including
-    // those of the module's functions it calls (the gradient allreduce
+    // those of the module's functions it calls (the SyncBatchNorm allreduce
     // helpers), once per call site.
     struct Counts {
       int64_t launches = 0, gemms = 0, epilogues = 0, convs = 0;

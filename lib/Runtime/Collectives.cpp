@@ -96,12 +96,34 @@ void allreduceImpl(T *data, int64_t count, MPI_Datatype type,
   }
 }
 
-/// Gradient buckets of the current ddpc_train_micro call.
+/// A gradient bucket of the current ddpc_train_micro call: its gradients
+/// and the staging copy that is summed over ranks.
 struct Bucket {
   std::vector<std::pair<float *, int64_t>> members;
   std::vector<float> staging;
   std::vector<MPI_Request> requests;
   int64_t index = 0;
+
+  /// Starts the sum of `staging`: one MPI_Iallreduce per chunk that fits
+  /// MPI's int counts.
+  void start() {
+    requests.clear();
+    int64_t total = static_cast<int64_t>(staging.size());
+    for (int64_t off = 0; off < total; off += kMaxChunk) {
+      int n = static_cast<int>(std::min(kMaxChunk, total - off));
+      requests.emplace_back();
+      check(MPI_Iallreduce(MPI_IN_PLACE, staging.data() + off, n, MPI_FLOAT,
+                           MPI_SUM, MPI_COMM_WORLD, &requests.back()),
+            "MPI_Iallreduce (gradient bucket)");
+    }
+  }
+  /// Waits for the requests still pending (watchdog: --timeout).
+  void finish() {
+    std::string what = "allreduce of gradient bucket " + std::to_string(index);
+    for (MPI_Request &request : requests)
+      if (request != MPI_REQUEST_NULL)
+        waitWithWatchdog(request, what.c_str());
+  }
 };
 bool gGradientSync = false;
 std::vector<std::pair<float *, int64_t>> gFilling;
@@ -263,7 +285,8 @@ void barrier(const char *what) {
 } // namespace ddpc
 
 extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
-  ddpc::runtime::allreduceSum(data, count, "allreduce of gradients");
+  ddpc::runtime::allreduceSum(data, count,
+                              "allreduce of SyncBatchNorm statistics");
 }
 
 extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
@@ -293,31 +316,16 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   float *out = b.staging.data();
   for (auto [data, count] : b.members)
     out = std::copy(data, data + count, out);
-  b.requests.clear();
   if (gThreadSerialized) {
     if (!gCommThread)
       gCommThread = std::make_unique<CommThread>();
-    gCommThread->submit([&b, total] {
-      std::string what =
-          "allreduce of gradient bucket " + std::to_string(b.index);
-      for (int64_t off = 0; off < total; off += kMaxChunk) {
-        int n = static_cast<int>(std::min(kMaxChunk, total - off));
-        MPI_Request request;
-        check(MPI_Iallreduce(MPI_IN_PLACE, b.staging.data() + off, n, MPI_FLOAT,
-                             MPI_SUM, MPI_COMM_WORLD, &request),
-              "MPI_Iallreduce (gradient bucket)");
-        waitWithWatchdog(request, what.c_str());
-      }
+    gCommThread->submit([&b] {
+      b.start();
+      b.finish();
     });
     return;
   }
-  for (int64_t off = 0; off < total; off += kMaxChunk) {
-    int n = static_cast<int>(std::min(kMaxChunk, total - off));
-    b.requests.emplace_back();
-    check(MPI_Iallreduce(MPI_IN_PLACE, b.staging.data() + off, n, MPI_FLOAT,
-                         MPI_SUM, MPI_COMM_WORLD, &b.requests.back()),
-          "MPI_Iallreduce (gradient bucket)");
-  }
+  b.start();
   for (size_t i = 0; i + 1 < gStarted; ++i) {
     Bucket &earlier = gBuckets[i];
     int done = 0;
@@ -334,11 +342,7 @@ extern "C" void ddpc_rt_bucket_allreduce_wait(void) {
   drainCommThread();
   for (size_t i = 0; i < gStarted; ++i) {
     Bucket &b = gBuckets[i];
-    std::string what =
-        "allreduce of gradient bucket " + std::to_string(b.index);
-    for (MPI_Request &request : b.requests)
-      if (request != MPI_REQUEST_NULL)
-        waitWithWatchdog(request, what.c_str());
+    b.finish();
     const float *in = b.staging.data();
     for (auto [data, count] : b.members) {
       std::copy(in, in + count, data);

@@ -156,14 +156,11 @@ struct BucketGradientAllReducePass
       Location loc = closing.ready ? closing.ready->getLoc() : f.getLoc();
       SmallVector<Attribute> names;
       for (size_t j = begin; j <= i; ++j) {
-        Value arg = grads[j].arg;
-        Value addr =
-            memref::ExtractAlignedPointerAsIndexOp::create(b, loc, arg);
-        Value addr64 = arith::IndexCastOp::create(b, loc, i64, addr);
-        Value ptr = LLVM::IntToPtrOp::create(b, loc, ptrType, addr64);
-        Value count = arith::ConstantIntOp::create(b, loc, i64, grads[j].count);
+        RuntimeArgs args{b, loc};
+        Value ptr = LLVM::IntToPtrOp::create(b, loc, ptrType,
+                                             args.pointer(grads[j].arg));
         func::CallOp::create(b, loc, kBucketAddFn, TypeRange{},
-                             ValueRange{ptr, count});
+                             ValueRange{ptr, args.integer(grads[j].count, 64)});
         StringRef name = "";
         if (auto n = f.getArgAttrOfType<StringAttr>(grads[j].arg.getArgNumber(),
                                                     "ddpc.name"))
@@ -171,9 +168,9 @@ struct BucketGradientAllReducePass
         name.consume_front("grad_acc.");
         names.push_back(b.getStringAttr(name));
       }
-      Value index = arith::ConstantIntOp::create(b, loc, i64, bucketIndex);
-      auto start = func::CallOp::create(b, loc, kBucketStartFn, TypeRange{},
-                                        ValueRange{index});
+      auto start = func::CallOp::create(
+          b, loc, kBucketStartFn, TypeRange{},
+          ValueRange{RuntimeArgs{b, loc}.integer(bucketIndex, 64)});
       start->setAttr("ddpc.collective", b.getStringAttr("allreduce_bucket"));
       start->setAttr("ddpc.bytes", b.getI64IntegerAttr(bytes));
       start->setAttr("ddpc.bucket", b.getI64IntegerAttr(bucketIndex));

@@ -104,21 +104,6 @@ void copyLabels(Operation *from, Operation *to) {
       to->setAttr(attr, v);
 }
 
-/// Arguments of runtime calls, created at `b`'s insertion point: integer
-/// constants, and buffers as their aligned base address (i64), the form
-/// the runtime's C entry points take.
-struct RuntimeArgs {
-  OpBuilder &b;
-  Location loc;
-  Value integer(int64_t v, unsigned bits) {
-    return arith::ConstantIntOp::create(b, loc, v, bits).getResult();
-  }
-  Value pointer(Value mem) {
-    Value idx = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
-    return arith::IndexCastOp::create(b, loc, b.getI64Type(), idx).getResult();
-  }
-};
-
 /// `v` with memref.collapse_shape/expand_shape ops looked through: the
 /// buffer `v` is a reshape of (same elements, same order).
 Value reshapeSource(Value v) {

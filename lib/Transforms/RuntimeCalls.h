@@ -1,15 +1,17 @@
 //===- RuntimeCalls.h - runtime entry points that passes call ---*- C++ -*-===//
 //
 // Part of ddpc (private to lib/Transforms). Names of the runtime functions
-// that ddpc's passes insert calls to (TrainABI.h, Runtime/Gemm.h), and a
-// helper that declares them.
+// that ddpc's passes insert calls to (TrainABI.h, Runtime/Gemm.h), and
+// helpers that declare them and build their arguments.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef DDPC_LIB_TRANSFORMS_RUNTIMECALLS_H
 #define DDPC_LIB_TRANSFORMS_RUNTIMECALLS_H
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace ddpc {
@@ -18,6 +20,23 @@ namespace ddpc {
 constexpr llvm::StringLiteral kBucketAddFn = "ddpc_rt_bucket_add_f32";
 constexpr llvm::StringLiteral kBucketStartFn = "ddpc_rt_bucket_allreduce_start";
 constexpr llvm::StringLiteral kBucketWaitFn = "ddpc_rt_bucket_allreduce_wait";
+
+/// Arguments of runtime calls, created at `b`'s insertion point: integer
+/// constants, and buffers as their aligned base address (i64), the form
+/// the runtime's C entry points take.
+struct RuntimeArgs {
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+  mlir::Value integer(int64_t v, unsigned bits) {
+    return mlir::arith::ConstantIntOp::create(b, loc, v, bits).getResult();
+  }
+  mlir::Value pointer(mlir::Value mem) {
+    mlir::Value idx =
+        mlir::memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+    return mlir::arith::IndexCastOp::create(b, loc, b.getI64Type(), idx)
+        .getResult();
+  }
+};
 
 /// Returns the function `name` of `module`, declaring it (private, with
 /// `type`) at the end of the module if it does not exist.
