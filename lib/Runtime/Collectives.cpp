@@ -285,8 +285,7 @@ void barrier(const char *what) {
 } // namespace ddpc
 
 extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
-  ddpc::runtime::allreduceSum(data, count,
-                              "allreduce of SyncBatchNorm statistics");
+  ddpc::runtime::allreduceSum(data, count, "allreduce of gradients");
 }
 
 extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
