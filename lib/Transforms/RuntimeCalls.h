@@ -16,10 +16,35 @@
 
 namespace ddpc {
 
-/// Gradient buckets (ddpc-bucket-gradient-allreduce, TrainABI.h).
+/// Library calls (Runtime/Gemm.h): the GEMM (ddpc-gemm-to-library-call),
+/// the GEMM with a bias/ReLU epilogue (ddpc-gemm-epilogues), convolutions
+/// (ddpc-conv-to-gemm) and convolutions with a bias/ReLU epilogue
+/// (ddpc-conv-epilogues). They enqueue work on the compute stream.
+constexpr llvm::StringLiteral kGemmFn = "ddpc_gemm_f32";
+constexpr llvm::StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
+constexpr llvm::StringLiteral kConvFn = "ddpc_conv2d_f32";
+constexpr llvm::StringLiteral kConvEpilogueFn = "ddpc_conv2d_bias_act_f32";
+
+/// Marks an scf.if that runs generated code when a library call declined
+/// (returned 0): a GEMM and its epilogue kernel (ddpc-gemm-epilogues), a
+/// convolution's im2col + GEMM lowering (ddpc-conv-to-gemm), or a
+/// convolution and its epilogue kernel (ddpc-conv-epilogues).
+constexpr llvm::StringLiteral kLibraryFallbackAttr = "ddpc.library_fallback";
+
+/// The allreduce of one gradient (TrainABI.h).
+constexpr llvm::StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
+
+/// Waits for the device's pending work (ddpc-gpu-host-sync).
+constexpr llvm::StringLiteral kSyncFn = "ddpc_gpu_host_sync";
+
+/// Gradient buckets (ddpc-bucket-gradient-allreduce, TrainABI.h): NCCL on
+/// the communication stream on the GPU, ordered with events against the
+/// compute stream.
 constexpr llvm::StringLiteral kBucketAddFn = "ddpc_rt_bucket_add_f32";
 constexpr llvm::StringLiteral kBucketStartFn = "ddpc_rt_bucket_allreduce_start";
 constexpr llvm::StringLiteral kBucketWaitFn = "ddpc_rt_bucket_allreduce_wait";
+constexpr llvm::StringLiteral kBucketFns[] = {kBucketAddFn, kBucketStartFn,
+                                              kBucketWaitFn};
 
 /// Arguments of runtime calls, created at `b`'s insertion point: integer
 /// constants, and buffers as their aligned base address (i64), the form

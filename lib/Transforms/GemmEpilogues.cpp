@@ -1,0 +1,123 @@
+//===- GemmEpilogues.cpp - GEMM + bias/ReLU kernel to cuBLASLt ------------===//
+//
+// Part of ddpc. See Passes.td (ddpc-gemm-epilogues).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Transforms/Passes.h"
+
+#include "LibraryCalls.h"
+#include "RuntimeCalls.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+
+using namespace mlir;
+
+namespace ddpc {
+
+#define GEN_PASS_DEF_GEMMEPILOGUESPASS
+#include "ddpc/Transforms/Passes.h.inc"
+
+namespace {
+
+struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
+
+  void runOnOperation() override {
+    SmallVector<func::CallOp> gemms;
+    getOperation().walk([&](func::CallOp call) {
+      if (call.getCallee() == kGemmFn && call.getNumOperands() == 13)
+        gemms.push_back(call);
+    });
+    for (func::CallOp call : gemms)
+      (void)rewrite(call);
+  }
+
+  LogicalResult rewrite(func::CallOp call) {
+    // One GEMM that overwrites C.
+    if (constantArg(call, 0) != 1 || constantArg(call, 12) != 0)
+      return failure();
+    Value c = pointerSource(call.getOperand(8));
+    if (!c)
+      return failure();
+    // The next op that touches memory: D = act(C + bias), elementwise.
+    Operation *next = call->getNextNode();
+    while (next && isMemoryEffectFree(next))
+      next = next->getNextNode();
+    auto g = dyn_cast_or_null<linalg::GenericOp>(next);
+    if (!g || !g.hasPureBufferSemantics() || g.getNumDpsInputs() != 2 ||
+        g.getNumDpsInits() != 1 || g.getNumLoops() != 2 ||
+        g.getNumParallelLoops() != 2)
+      return failure();
+    SmallVector<AffineMap> maps = g.getIndexingMapsArray();
+    MLIRContext *ctx = g.getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(2, ctx);
+    AffineMap alongN = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+    unsigned ci = g.getDpsInputOperand(0)->get() == c ? 0 : 1;
+    Value bias = g.getDpsInputOperand(1 - ci)->get();
+    Value d = g.getDpsInitOperand(0)->get();
+    auto biasType = dyn_cast<MemRefType>(bias.getType());
+    if (g.getDpsInputOperand(ci)->get() != c || maps[ci] != identity ||
+        maps[1 - ci] != alongN || maps[2] != identity || !denseF32(bias) ||
+        biasType.getRank() != 1 || !denseF32(d) || d.getType() != c.getType())
+      return failure();
+    Block &body = g.getRegion().front();
+    if (!body.getArgument(2).use_empty())
+      return failure();
+    std::optional<int32_t> act = matchBiasActivation(body, body.getArgument(ci),
+                                                     body.getArgument(1 - ci));
+    if (!act)
+      return failure();
+    // With D != C the epilogue never writes C: nothing may read it later.
+    if (reshapeSource(d) != reshapeSource(c))
+      for (Operation *op = g->getNextNode(); op; op = op->getNextNode())
+        if (!isa<memref::DeallocOp>(op))
+          for (Value v : op->getOperands())
+            if (isa<MemRefType>(v.getType()) && mayAlias(v, c))
+              return failure();
+
+    // done = ddpc_gemm_bias_act_f32(m, n, k, transA, transB, A, B, D, bias,
+    // act); if (!done) { the GEMM; the kernel }.
+    OpBuilder b(g);
+    Location loc = call.getLoc();
+    RuntimeArgs arg{b, loc};
+    auto ptr = [&](Value mem) { return arg.pointer(mem); };
+    SmallVector<Value> args = {
+        call.getOperand(1), call.getOperand(2),
+        call.getOperand(3), call.getOperand(4),
+        call.getOperand(5), call.getOperand(6),
+        call.getOperand(7), ptr(d),
+        ptr(bias),          arith::ConstantIntOp::create(b, loc, *act, 32)};
+    auto fn = getOrDeclare(
+        g->getParentOfType<ModuleOp>(), kGemmEpilogueFn,
+        b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
+    auto fused = func::CallOp::create(b, loc, fn, args);
+    copyLabels(g, fused);
+    fused->setAttr("ddpc.library", b.getStringAttr("cublasLt"));
+    Value failed = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, fused.getResult(0),
+        arith::ConstantIntOp::create(b, loc, 0, 32));
+    auto fallback = scf::IfOp::create(b, loc, failed, /*withElse=*/false);
+    fallback->setAttr(kLibraryFallbackAttr, b.getUnitAttr());
+    Operation *yield = fallback.thenBlock()->getTerminator();
+    call->moveBefore(yield);
+    g->moveBefore(yield);
+    return success();
+  }
+};
+
+} // namespace
+
+} // namespace ddpc

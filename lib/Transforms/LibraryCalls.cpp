@@ -1,0 +1,191 @@
+//===- LibraryCalls.cpp - buffer analyses for library calls ---------------===//
+//
+// Part of ddpc (private to lib/Transforms). See LibraryCalls.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LibraryCalls.h"
+
+#include "RuntimeCalls.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+
+namespace ddpc {
+
+bool denseF32(Value v) {
+  auto t = dyn_cast<MemRefType>(v.getType());
+  return t && t.hasStaticShape() && t.getLayout().isIdentity() &&
+         t.getElementType().isF32();
+}
+
+bool resultsAre(AffineMap map, ArrayRef<unsigned> dims) {
+  if (map.getNumResults() != dims.size())
+    return false;
+  for (auto [e, d] : llvm::zip(map.getResults(), dims)) {
+    auto de = dyn_cast<AffineDimExpr>(e);
+    if (!de || de.getPosition() != d)
+      return false;
+  }
+  return true;
+}
+
+void copyLabels(Operation *from, Operation *to) {
+  for (StringRef attr : {"ddpc.fusion_group", "ddpc.fused_nodes"})
+    if (Attribute v = from->getAttr(attr))
+      to->setAttr(attr, v);
+}
+
+Value reshapeSource(Value v) {
+  while (true) {
+    if (auto c = v.getDefiningOp<memref::CollapseShapeOp>())
+      v = c.getSrc();
+    else if (auto e = v.getDefiningOp<memref::ExpandShapeOp>())
+      v = e.getSrc();
+    else
+      return v;
+  }
+}
+
+bool mayAlias(Value x, Value y) {
+  struct Ref {
+    Value root;
+    std::optional<std::pair<int64_t, int64_t>> bytes;
+  };
+  auto refOf = [](Value v) {
+    Ref r;
+    v = reshapeSource(v);
+    if (auto view = v.getDefiningOp<memref::ViewOp>()) {
+      MemRefType t = view.getType();
+      std::optional<int64_t> offset = getConstantIntValue(view.getByteShift());
+      Type elem = t.getElementType();
+      unsigned bits = elem.isIntOrFloat() ? elem.getIntOrFloatBitWidth() : 0;
+      if (offset && t.hasStaticShape() && bits && bits % 8 == 0)
+        r.bytes =
+            std::make_pair(*offset, *offset + t.getNumElements() * (bits / 8));
+      v = view.getSource();
+    }
+    while (auto viewLike = v.getDefiningOp<ViewLikeOpInterface>()) {
+      v = viewLike.getViewSource();
+      r.bytes.reset();
+    }
+    r.root = v;
+    return r;
+  };
+  Ref a = refOf(x), b = refOf(y);
+  if (a.root != b.root)
+    return !a.root.getDefiningOp<memref::AllocOp>() &&
+           !b.root.getDefiningOp<memref::AllocOp>();
+  if (a.bytes && b.bytes)
+    return a.bytes->first < b.bytes->second && b.bytes->first < a.bytes->second;
+  return true;
+}
+
+Operation *findZeroFillOf(Operation *at, Value c) {
+  Value target = reshapeSource(c);
+  for (Operation *op = at->getPrevNode(); op; op = op->getPrevNode()) {
+    if (auto fill = dyn_cast<linalg::FillOp>(op)) {
+      if (fill.hasPureBufferSemantics() &&
+          reshapeSource(fill.getDpsInitOperand(0)->get()) == target) {
+        if (!matchPattern(fill.getInputs()[0], m_AnyZeroFloat()))
+          return nullptr;
+        return fill;
+      }
+    }
+    if (isMemoryEffectFree(op))
+      continue;
+    // Calls take pointers as integers; region ops other than linalg may
+    // access buffers their operands do not show.
+    if (isa<CallOpInterface>(op) ||
+        (op->getNumRegions() && !isa<linalg::LinalgOp>(op)))
+      return nullptr;
+    for (Value v : op->getOperands())
+      if (isa<MemRefType>(v.getType()) && mayAlias(v, c))
+        return nullptr;
+  }
+  return nullptr;
+}
+
+bool eraseZeroFillOf(Operation *at, Value c) {
+  Operation *fill = findZeroFillOf(at, c);
+  if (fill)
+    fill->erase();
+  return fill;
+}
+
+func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
+                          int64_t k, int transA, int transB, Value a, Value bm,
+                          Value c, int64_t strideA, int64_t strideB,
+                          int64_t strideC, bool accumulate) {
+  OpBuilder b(at);
+  RuntimeArgs arg{b, at->getLoc()};
+  auto i64 = [&](int64_t v) { return arg.integer(v, 64); };
+  auto i32 = [&](int64_t v) { return arg.integer(v, 32); };
+  auto ptr = [&](Value mem) { return arg.pointer(mem); };
+  Location loc = at->getLoc();
+  SmallVector<Value> args = {
+      i64(batch),   i64(m),       i64(n),         i64(k), i32(transA),
+      i32(transB),  ptr(a),       ptr(bm),        ptr(c), i64(strideA),
+      i64(strideB), i64(strideC), i32(accumulate)};
+  auto module = at->getParentOfType<ModuleOp>();
+  auto fn = getOrDeclare(module, kGemmFn,
+                         b.getFunctionType(ValueRange(args).getTypes(), {}));
+  auto call = func::CallOp::create(b, loc, fn, args);
+  copyLabels(at, call);
+  call->setAttr("ddpc.library", b.getStringAttr("cublas"));
+  return call;
+}
+
+Value pointerSource(Value v) {
+  auto cast = v.getDefiningOp<arith::IndexCastOp>();
+  auto ptr =
+      cast
+          ? cast.getIn().getDefiningOp<memref::ExtractAlignedPointerAsIndexOp>()
+          : nullptr;
+  return ptr ? ptr.getSource() : Value();
+}
+
+std::optional<int64_t> constantArg(func::CallOp call, unsigned i) {
+  return getConstantIntValue(call.getOperand(i));
+}
+
+std::optional<int32_t> matchBiasActivation(Block &body, Value c, Value bias) {
+  auto add = dyn_cast<arith::AddFOp>(body.front());
+  if (!add || !((add.getLhs() == c && add.getRhs() == bias) ||
+                (add.getLhs() == bias && add.getRhs() == c)))
+    return std::nullopt;
+  Value s = add.getResult();
+  Value y = body.getTerminator()->getOperand(0);
+  size_t ops = body.getOperations().size(); // With the yield.
+  auto isZero = [](Value v) { return matchPattern(v, m_AnyZeroFloat()); };
+  if (ops == 2 && y == s)
+    return 0;
+  if (auto max = y.getDefiningOp<arith::MaximumFOp>(); max && ops == 3) {
+    if ((max.getLhs() == s && isZero(max.getRhs())) ||
+        (max.getRhs() == s && isZero(max.getLhs())))
+      return 1;
+    return std::nullopt;
+  }
+  auto outer = y.getDefiningOp<arith::SelectOp>();
+  if (!outer || ops != 6 || outer.getTrueValue() != s)
+    return std::nullopt;
+  auto positive = outer.getCondition().getDefiningOp<arith::CmpFOp>();
+  auto inner = outer.getFalseValue().getDefiningOp<arith::SelectOp>();
+  if (!positive || positive.getPredicate() != arith::CmpFPredicate::OGT ||
+      positive.getLhs() != s || !isZero(positive.getRhs()) || !inner ||
+      inner.getTrueValue() != s || !isZero(inner.getFalseValue()))
+    return std::nullopt;
+  auto nan = inner.getCondition().getDefiningOp<arith::CmpFOp>();
+  if (!nan || nan.getPredicate() != arith::CmpFPredicate::UNO ||
+      nan.getLhs() != s || nan.getRhs() != s)
+    return std::nullopt;
+  return 1;
+}
+
+} // namespace ddpc

@@ -1,0 +1,80 @@
+//===- LibraryCalls.h - buffers and library calls ---------------*- C++ -*-===//
+//
+// Part of ddpc (private to lib/Transforms). Analyses of bufferized IR that
+// the passes replacing generated code by library calls share
+// (ddpc-gemm-to-library-call, ddpc-gemm-epilogues, ddpc-conv-to-gemm,
+// ddpc-conv-epilogues): buffer aliasing and reshapes, zero fills a
+// library call can absorb, the calls' arguments and fusion labels, and
+// bias/activation kernel bodies.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_LIB_TRANSFORMS_LIBRARYCALLS_H
+#define DDPC_LIB_TRANSFORMS_LIBRARYCALLS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/AffineMap.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace ddpc {
+
+/// Whether `v` is a statically shaped float32 memref with the identity
+/// layout (dense, row-major): a buffer a library call can take.
+bool denseF32(mlir::Value v);
+
+/// Whether the results of `map` are exactly the dims `dims`, in that order.
+bool resultsAre(mlir::AffineMap map, mlir::ArrayRef<unsigned> dims);
+
+/// Copies `from`'s fusion-group labels (ddpc.fusion_group,
+/// ddpc.fused_nodes) to `to`, an op that now does (part of) its work.
+void copyLabels(mlir::Operation *from, mlir::Operation *to);
+
+/// `v` with memref.collapse_shape/expand_shape ops looked through: the
+/// buffer `v` is a reshape of (same elements, same order).
+mlir::Value reshapeSource(mlir::Value v);
+
+/// Whether buffers `x` and `y` may share memory. Distinct allocations do
+/// not; views of one allocation (ddpc-plan-arena's memref.view at constant
+/// byte offsets) do only when their byte ranges overlap; function arguments
+/// may alias each other (conservatively) but not allocations.
+bool mayAlias(mlir::Value x, mlir::Value y);
+
+/// Looks backwards from `at` (a GEMM or convolution about to write all of
+/// `c`) for the `linalg.fill` of zero that initializes `c` (or the buffer
+/// `c` reshapes), over ops that cannot touch `c`'s memory; null if there is
+/// none. eraseZeroFillOf erases it and returns whether it did: the library
+/// call then overwrites `c` (BLAS/cuDNN beta = 0) instead of accumulating
+/// into zeros written by a separate kernel.
+mlir::Operation *findZeroFillOf(mlir::Operation *at, mlir::Value c);
+
+/// Erases the fill findZeroFillOf(at, c) finds; returns whether it did.
+bool eraseZeroFillOf(mlir::Operation *at, mlir::Value c);
+
+/// Emits `ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C, strideA,
+/// strideB, strideC, accumulate)` (Gemm.h) before `at`, labelled with
+/// `at`'s fusion group and ONNX nodes.
+mlir::func::CallOp emitGemmCall(mlir::Operation *at, int64_t batch, int64_t m,
+                                int64_t n, int64_t k, int transA, int transB,
+                                mlir::Value a, mlir::Value bm, mlir::Value c,
+                                int64_t strideA, int64_t strideB,
+                                int64_t strideC, bool accumulate);
+
+/// The memref whose aligned pointer the i64 call argument `v` is (the form
+/// emitGemmCall passes buffers in); null otherwise.
+mlir::Value pointerSource(mlir::Value v);
+
+/// The value of call operand `i` when it is an integer constant.
+std::optional<int64_t> constantArg(mlir::func::CallOp call, unsigned i);
+
+/// The activation when `body` is `s = c + bias` (either order) followed by
+/// `yield s` (0) or by a ReLU of s (1): `maximumf(s, 0)` or the importer's
+/// NaN-propagating `select(s > 0, s, select(isnan(s), s, 0))`.
+std::optional<int32_t> matchBiasActivation(mlir::Block &body, mlir::Value c,
+                                           mlir::Value bias);
+
+} // namespace ddpc
+
+#endif // DDPC_LIB_TRANSFORMS_LIBRARYCALLS_H

@@ -1,0 +1,79 @@
+//===- SplitReductions.cpp - short-parallel reductions to atomics ---------===//
+//
+// Part of ddpc. See Passes.td (ddpc-split-reductions).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ddpc/Transforms/Passes.h"
+
+#include "AtomicLoops.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+
+using namespace mlir;
+
+namespace ddpc {
+
+#define GEN_PASS_DEF_SPLITREDUCTIONSPASS
+#include "ddpc/Transforms/Passes.h.inc"
+
+namespace {
+
+struct SplitReductionsPass
+    : impl::SplitReductionsPassBase<SplitReductionsPass> {
+  using SplitReductionsPassBase::SplitReductionsPassBase;
+
+  void runOnOperation() override {
+    SmallVector<std::pair<linalg::GenericOp, unsigned>> candidates;
+    getOperation().walk([&](linalg::GenericOp op) {
+      if (!op.hasPureBufferSemantics() || op.getNumDpsInits() != 1 ||
+          !additiveContribution(op))
+        return;
+      SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+      if (llvm::any_of(ranges, ShapedType::isDynamic))
+        return;
+      // Parallel loops first (ddpc-parallel-loops-outermost ran before).
+      auto iters = op.getIteratorTypesArray();
+      unsigned numParallel = 0;
+      while (numParallel < iters.size() &&
+             iters[numParallel] == utils::IteratorType::parallel)
+        ++numParallel;
+      AffineMap outMap = op.getIndexingMapsArray().back();
+      if (numParallel == iters.size() || !outMap.isProjectedPermutation() ||
+          llvm::any_of(outMap.getResults(), [&](AffineExpr e) {
+            return cast<AffineDimExpr>(e).getPosition() >= numParallel;
+          }))
+        return;
+      int64_t threads = 1, length = 1;
+      for (unsigned i = 0; i < ranges.size(); ++i)
+        (i < numParallel ? threads : length) *= ranges[i];
+      if (threads >= targetThreads || length < minReduction)
+        return;
+      // Move reduction loops to the parallel side, outermost first, while
+      // the thread count is below the target.
+      unsigned numOuter = numParallel;
+      while (numOuter < ranges.size() && threads < targetThreads)
+        threads *= ranges[numOuter++];
+      candidates.push_back({op, numOuter});
+    });
+    for (auto [op, numOuter] : candidates)
+      (void)rewriteAsAtomicLoops(op, numOuter);
+  }
+};
+
+} // namespace
+
+} // namespace ddpc
