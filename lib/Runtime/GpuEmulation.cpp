@@ -4,8 +4,9 @@
 // IR (buildGPULoopPipeline) serially on the CPU, to test that lowering
 // without a GPU. The IR then calls these runtime functions: the GEMM (and
 // the GEMM with a bias/ReLU epilogue) through the same column-major mapping
-// the CUDA runtime hands to cuBLAS (Gemm.h), convolutions by their
-// definition (what the CUDA runtime hands to cuDNN), and a no-op host
+// the CUDA runtime hands to cuBLAS (Gemm.h), convolutions (and convolutions
+// with a bias/ReLU epilogue) by their definition (what the CUDA runtime
+// hands to cuDNN), and a no-op host
 // synchronization (CPU code is synchronous).
 // Part of the CPU runtime archives; linked only when referenced.
 //
@@ -51,6 +52,27 @@ int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
                                  reinterpret_cast<float *>(x),
                                  reinterpret_cast<float *>(filter),
                                  reinterpret_cast<float *>(y), accumulate != 0);
+  return 1;
+}
+
+int32_t ddpc_conv2d_bias_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+                                 int64_t k, int64_t r, int64_t s, int64_t p,
+                                 int64_t q, int64_t strideH, int64_t strideW,
+                                 int64_t dilationH, int64_t dilationW,
+                                 int64_t groups, int64_t x, int64_t filter,
+                                 int64_t bias, int64_t d, int32_t act) {
+  if (!ddpc::runtime::convEpiloguesEnabled())
+    return 0;
+  ddpc::runtime::referenceConv2d(0,
+                                 {n, c, h, w, k, r, s, p, q, strideH, strideW,
+                                  dilationH, dilationW, groups},
+                                 reinterpret_cast<float *>(x),
+                                 reinterpret_cast<float *>(filter),
+                                 reinterpret_cast<float *>(d),
+                                 /*accumulate=*/false);
+  ddpc::runtime::referenceChannelBiasActivation(
+      reinterpret_cast<float *>(d), reinterpret_cast<const float *>(bias), n, k,
+      p * q, act);
   return 1;
 }
 

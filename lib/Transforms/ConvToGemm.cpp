@@ -239,16 +239,8 @@ struct ConvToGemmPass : impl::ConvToGemmPassBase<ConvToGemmPass> {
         i64(m.OH),        i64(m.OW),        i64(m.hw.first), i64(m.ww.first),
         i64(m.hw.second), i64(m.ww.second), i64(m.G),        ptr(x),
         ptr(w),           ptr(y),           i32(accumulate)};
-    auto fn = getOrDeclare(
-        op->getParentOfType<ModuleOp>(), kConvFn,
-        b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
-    auto call = func::CallOp::create(b, loc, fn, args);
-    copyLabels(op, call);
-    call->setAttr("ddpc.library", b.getStringAttr("cudnn"));
-    Value declined = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                           call.getResult(0), i32(0));
-    auto fallback = scf::IfOp::create(b, loc, declined, /*withElse=*/false);
-    fallback->setAttr(kLibraryFallbackAttr, b.getUnitAttr());
+    scf::IfOp fallback =
+        emitLibraryCallWithFallback(b, loc, op, kConvFn, args, "cudnn");
     op->moveBefore(fallback.thenBlock()->getTerminator());
     return true;
   }

@@ -80,13 +80,14 @@ struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
                                                      body.getArgument(1 - ci));
     if (!act)
       return failure();
+    // The library reads A, B and bias while it writes D.
+    Value a = pointerSource(call.getOperand(6)),
+          bm = pointerSource(call.getOperand(7));
+    if (!a || !bm || mayAlias(d, a) || mayAlias(d, bm) || mayAlias(d, bias))
+      return failure();
     // With D != C the epilogue never writes C: nothing may read it later.
-    if (reshapeSource(d) != reshapeSource(c))
-      for (Operation *op = g->getNextNode(); op; op = op->getNextNode())
-        if (!isa<memref::DeallocOp>(op))
-          for (Value v : op->getOperands())
-            if (isa<MemRefType>(v.getType()) && mayAlias(v, c))
-              return failure();
+    if (reshapeSource(d) != reshapeSource(c) && usedAfter(g, c))
+      return failure();
 
     // done = ddpc_gemm_bias_act_f32(m, n, k, transA, transB, A, B, D, bias,
     // act); if (!done) { the GEMM; the kernel }.
@@ -100,17 +101,8 @@ struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
         call.getOperand(5), call.getOperand(6),
         call.getOperand(7), ptr(d),
         ptr(bias),          arith::ConstantIntOp::create(b, loc, *act, 32)};
-    auto fn = getOrDeclare(
-        g->getParentOfType<ModuleOp>(), kGemmEpilogueFn,
-        b.getFunctionType(ValueRange(args).getTypes(), {b.getI32Type()}));
-    auto fused = func::CallOp::create(b, loc, fn, args);
-    copyLabels(g, fused);
-    fused->setAttr("ddpc.library", b.getStringAttr("cublasLt"));
-    Value failed = arith::CmpIOp::create(
-        b, loc, arith::CmpIPredicate::eq, fused.getResult(0),
-        arith::ConstantIntOp::create(b, loc, 0, 32));
-    auto fallback = scf::IfOp::create(b, loc, failed, /*withElse=*/false);
-    fallback->setAttr(kLibraryFallbackAttr, b.getUnitAttr());
+    scf::IfOp fallback = emitLibraryCallWithFallback(b, loc, g, kGemmEpilogueFn,
+                                                     args, "cublasLt");
     Operation *yield = fallback.thenBlock()->getTerminator();
     call->moveBefore(yield);
     g->moveBefore(yield);

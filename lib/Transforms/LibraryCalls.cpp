@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Matchers.h"
 
 using namespace mlir;
@@ -79,12 +80,69 @@ bool mayAlias(Value x, Value y) {
     return r;
   };
   Ref a = refOf(x), b = refOf(y);
-  if (a.root != b.root)
-    return !a.root.getDefiningOp<memref::AllocOp>() &&
-           !b.root.getDefiningOp<memref::AllocOp>();
+  if (a.root != b.root) {
+    if (a.root.getDefiningOp<memref::AllocOp>() ||
+        b.root.getDefiningOp<memref::AllocOp>())
+      return false;
+    // Globals (the model's constants) are memory of their own.
+    auto globalA = a.root.getDefiningOp<memref::GetGlobalOp>();
+    auto globalB = b.root.getDefiningOp<memref::GetGlobalOp>();
+    if (globalA || globalB)
+      return globalA && globalB && globalA.getName() == globalB.getName();
+    // The runtime passes every buffer argument of an entry (public)
+    // function as its own allocation (ModelABI.h, TrainABI.h); private
+    // helpers may be called with overlapping views.
+    auto argA = dyn_cast<BlockArgument>(a.root);
+    auto argB = dyn_cast<BlockArgument>(b.root);
+    if (argA && argB && argA.getOwner() == argB.getOwner())
+      if (auto fn = dyn_cast<func::FuncOp>(argA.getOwner()->getParentOp());
+          fn && fn.isPublic() && argA.getOwner()->isEntryBlock())
+        return false;
+    return true;
+  }
   if (a.bytes && b.bytes)
     return a.bytes->first < b.bytes->second && b.bytes->first < a.bytes->second;
   return true;
+}
+
+/// The buffer `v` is part of: its reshapes and views looked through up to
+/// an allocation, a function argument, or one ddpc-plan-arena buffer (a
+/// memref.view of the arena allocation).
+static Value bufferOf(Value v) {
+  while (true) {
+    v = reshapeSource(v);
+    if (auto view = v.getDefiningOp<memref::ViewOp>())
+      if (view.getSource().getDefiningOp<memref::AllocOp>())
+        return v;
+    auto viewLike = v.getDefiningOp<ViewLikeOpInterface>();
+    if (!viewLike)
+      return v;
+    v = viewLike.getViewSource();
+  }
+}
+
+bool usedAfter(Operation *op, Value buffer) {
+  // Arena buffers share bytes only when their live ranges are disjoint:
+  // a later buffer at the same offset never reads this one's contents.
+  Value target = bufferOf(buffer);
+  if (isa<BlockArgument>(target))
+    return true;
+  for (Operation *scope = op; scope && !isa<func::FuncOp>(scope);
+       scope = scope->getParentOp())
+    for (Operation *next = scope->getNextNode(); next;
+         next = next->getNextNode()) {
+      WalkResult found = next->walk([&](Operation *inner) {
+        if (isa<memref::DeallocOp>(inner))
+          return WalkResult::advance();
+        for (Value v : inner->getOperands())
+          if (isa<MemRefType>(v.getType()) && bufferOf(v) == target)
+            return WalkResult::interrupt();
+        return WalkResult::advance();
+      });
+      if (found.wasInterrupted())
+        return true;
+    }
+  return false;
 }
 
 Operation *findZeroFillOf(Operation *at, Value c) {
@@ -140,6 +198,24 @@ func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
   copyLabels(at, call);
   call->setAttr("ddpc.library", b.getStringAttr("cublas"));
   return call;
+}
+
+scf::IfOp emitLibraryCallWithFallback(OpBuilder &b, Location loc,
+                                      Operation *labels, StringRef name,
+                                      ValueRange args, StringRef library) {
+  auto module =
+      b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  auto fn = getOrDeclare(module, name,
+                         b.getFunctionType(args.getTypes(), {b.getI32Type()}));
+  auto call = func::CallOp::create(b, loc, fn, args);
+  copyLabels(labels, call);
+  call->setAttr("ddpc.library", b.getStringAttr(library));
+  Value declined =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, call.getResult(0),
+                            arith::ConstantIntOp::create(b, loc, 0, 32));
+  auto fallback = scf::IfOp::create(b, loc, declined, /*withElse=*/false);
+  fallback->setAttr(kLibraryFallbackAttr, b.getUnitAttr());
+  return fallback;
 }
 
 Value pointerSource(Value v) {

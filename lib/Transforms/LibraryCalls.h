@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/AffineMap.h"
 
 #include <cstdint>
@@ -38,9 +39,19 @@ mlir::Value reshapeSource(mlir::Value v);
 
 /// Whether buffers `x` and `y` may share memory. Distinct allocations do
 /// not; views of one allocation (ddpc-plan-arena's memref.view at constant
-/// byte offsets) do only when their byte ranges overlap; function arguments
-/// may alias each other (conservatively) but not allocations.
+/// byte offsets) do only when their byte ranges overlap; globals alias only
+/// themselves; distinct buffer
+/// arguments of a public (entry) function do not (the runtime allocates
+/// each, ModelABI.h); other function arguments may alias each other
+/// (conservatively) but not allocations.
 bool mayAlias(mlir::Value x, mlir::Value y);
+
+/// Whether the contents of `buffer` may be read after `op`: through a view
+/// or reshape of the same buffer (allocation, or ddpc-plan-arena view of
+/// the arena) by a later op of its block or of an enclosing block (nested
+/// ops included; deallocs do not count), or by the caller, when `buffer` is
+/// (a view of) a function argument.
+bool usedAfter(mlir::Operation *op, mlir::Value buffer);
 
 /// Looks backwards from `at` (a GEMM or convolution about to write all of
 /// `c`) for the `linalg.fill` of zero that initializes `c` (or the buffer
@@ -61,6 +72,18 @@ mlir::func::CallOp emitGemmCall(mlir::Operation *at, int64_t batch, int64_t m,
                                 mlir::Value a, mlir::Value bm, mlir::Value c,
                                 int64_t strideA, int64_t strideB,
                                 int64_t strideC, bool accumulate);
+
+/// Emits at `b`'s insertion point a call of the runtime function `name`
+/// (declared on first use, returning i32: 1 when the library did the work,
+/// 0 when it declined), labelled with `labels`' fusion group and ONNX nodes
+/// and with `ddpc.library = library`, followed by
+///   scf.if (%result == 0) {} {ddpc.library_fallback}
+/// Returns the scf.if: callers move the generated code that does the same
+/// work into its then-block.
+mlir::scf::IfOp
+emitLibraryCallWithFallback(mlir::OpBuilder &b, mlir::Location loc,
+                            mlir::Operation *labels, llvm::StringRef name,
+                            mlir::ValueRange args, llvm::StringRef library);
 
 /// The memref whose aligned pointer the i64 call argument `v` is (the form
 /// emitGemmCall passes buffers in); null otherwise.

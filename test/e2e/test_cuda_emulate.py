@@ -62,6 +62,83 @@ def test_gemm_epilogues_and_fallback_match_onnxruntime(ddpc, tmp_path, monkeypat
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("env", [{}, {"DDPC_CONV_EPILOGUE": "0"}, {"DDPC_CUDNN": "0"}],
+                         ids=["fused", "conv-then-kernel", "im2col-gemm"])
+def test_conv_epilogues_and_fallbacks_match_onnxruntime(ddpc, tmp_path, monkeypatch, env):
+    """LeNet's two Conv (bias) + Relu layers become fused convolution +
+    bias + ReLU calls (ddpc-conv-epilogues; cudnnConvolutionBiasActivation-
+    Forward on the GPU, Gemm.h's reference here). With DDPC_CONV_EPILOGUE=0
+    the runtime declines and the convolution call and the generated bias/ReLU
+    kernel run; with DDPC_CUDNN=0 the im2col + GEMM fallback inside that.
+    All three paths match onnxruntime."""
+    path = EXAMPLES / "lenet.onnx"
+    rep = subprocess.run([ddpc, "compile", str(path), "--batch-size", "4", *EMULATE,
+                          "--report=json", "-o", str(tmp_path / "p")],
+                         capture_output=True, text=True, check=True)
+    (fn,) = json.loads(rep.stdout)["cuda"]["functions"]
+    assert fn["cudnn_convolutions"] == 2 and fn["cudnn_epilogue_convolutions"] == 2
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    x = np.random.default_rng(5).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    x[0, 0, 3, 3] = np.nan  # The compiled Relu keeps NaN; so must the fused one.
+    run_ddpc(ddpc, path, {"input": x}, tmp_path, "--batch-size", "4", *EMULATE)
+    got = np.load(tmp_path / "out" / "logits.npy")
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _layer_with_output_model(kind):
+    """A layer whose pre-bias result is itself a graph output: MatMul -> y1,
+    Add(y1, b) -> Relu -> y2 ("matmul"); Conv (no bias) -> y1, Add(y1, b[C,1,1])
+    -> Relu -> y2 ("conv"); Conv with bias -> y1, Relu -> y2 ("conv-bias")."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(6)
+    if kind == "matmul":
+        x_shape, w, b = [4, 8], rng.standard_normal((8, 6)), rng.standard_normal(6)
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y1"]),
+                 helper.make_node("Add", ["y1", "b"], ["s"]),
+                 helper.make_node("Relu", ["s"], ["y2"])]
+        y_shape = [4, 6]
+    else:
+        x_shape, w = [2, 2, 5, 5], rng.standard_normal((3, 2, 3, 3))
+        y_shape = [2, 3, 5, 5]
+        if kind == "conv":
+            b = rng.standard_normal((3, 1, 1))
+            nodes = [helper.make_node("Conv", ["x", "w"], ["y1"], pads=[1, 1, 1, 1]),
+                     helper.make_node("Add", ["y1", "b"], ["s"]),
+                     helper.make_node("Relu", ["s"], ["y2"])]
+        else:
+            b = rng.standard_normal(3)
+            nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y1"], pads=[1, 1, 1, 1]),
+                     helper.make_node("Relu", ["y1"], ["y2"])]
+    g = helper.make_graph(
+        nodes, kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, y_shape) for n in ("y1", "y2")],
+        [numpy_helper.from_array(w.astype(np.float32), "w"),
+         numpy_helper.from_array(b.astype(np.float32), "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x_shape
+
+
+@pytest.mark.parametrize("kind", ["matmul", "conv", "conv-bias"])
+def test_library_epilogues_keep_outputs_the_caller_reads(ddpc, tmp_path, kind):
+    """A GEMM or convolution whose output the caller reads (a graph output)
+    must still write it when its bias kernel writes elsewhere, so no fused
+    epilogue may replace the pair. The MatMul case once got a cuBLASLt
+    epilogue and left y1 unwritten."""
+    import onnx
+    model, x_shape = _layer_with_output_model(kind)
+    path = tmp_path / f"{kind}.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(7).standard_normal(x_shape).astype(np.float32)
+    run_ddpc(ddpc, path, {"x": x}, tmp_path, *EMULATE)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    for name, ref in zip(("y1", "y2"), want):
+        np.testing.assert_allclose(np.load(tmp_path / "out" / f"{name}.npy"), ref,
+                                   rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_lowered_ir_uses_library_gemm_and_atomics(ddpc):
     """The training step of the CNN goes through both GPU-side rewrites, so
     the tests below exercise them."""

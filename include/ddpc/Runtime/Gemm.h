@@ -53,6 +53,21 @@
 // GPU) is unavailable or declines, and the caller then runs its im2col +
 // GEMM lowering. referenceConv2d is the CPU definition.
 //
+// And, for a forward convolution followed by a per-channel bias (+ ReLU)
+// (ddpc-conv-epilogues),
+//   int32_t ddpc_conv2d_bias_act_f32(int64_t n, int64_t c, int64_t h,
+//                                    int64_t w, int64_t k, int64_t r,
+//                                    int64_t s, int64_t p, int64_t q,
+//                                    int64_t strideH, int64_t strideW,
+//                                    int64_t dilationH, int64_t dilationW,
+//                                    int64_t groups, int64_t X, int64_t W,
+//                                    int64_t bias, int64_t D, int32_t act);
+// computing D [n, k, p, q] = act(conv(X, W) + bias[k]) (shapes as above,
+// bias float32 [k], act 0: none, 1: ReLU that keeps NaN) in one library
+// call (cuDNN's cudnnConvolutionBiasActivationForward), returning 1; or
+// returning 0 without touching D, and the caller then runs
+// ddpc_conv2d_f32 and the bias/activation kernel itself.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef DDPC_RUNTIME_GEMM_H
@@ -211,12 +226,31 @@ inline void referenceConv2d(int32_t kind, const Conv2dShape &d, float *x,
     out[i] = accumulate ? out[i] + sum[i] : sum[i];
 }
 
+/// The epilogue of ddpc_conv2d_bias_act_f32 on the CPU: y[i, j, pq]
+/// (row-major n x k x pq) = act(y[i, j, pq] + bias[j]), act as in
+/// referenceBiasActivation.
+inline void referenceChannelBiasActivation(float *y, const float *bias,
+                                           int64_t n, int64_t k, int64_t pq,
+                                           int32_t act) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      referenceBiasActivation(y + (i * k + j) * pq, bias + j, pq, 1, act);
+}
+
 /// Whether ddpc_conv2d_f32 may use the library (DDPC_CUDNN unset or not
 /// "0"); with DDPC_CUDNN=0 it returns 0 and the im2col + GEMM lowering runs.
 /// Read on every call, like gemmEpiloguesEnabled().
 inline bool libraryConvEnabled() {
   const char *v = std::getenv("DDPC_CUDNN");
   return !(v && std::strcmp(v, "0") == 0);
+}
+
+/// Whether ddpc_conv2d_bias_act_f32 may fuse: the library is enabled and
+/// DDPC_CONV_EPILOGUE is unset or not "0". Otherwise it returns 0 and
+/// compiled code runs ddpc_conv2d_f32 and the bias/activation kernel.
+inline bool convEpiloguesEnabled() {
+  const char *v = std::getenv("DDPC_CONV_EPILOGUE");
+  return libraryConvEnabled() && !(v && std::strcmp(v, "0") == 0);
 }
 
 } // namespace runtime

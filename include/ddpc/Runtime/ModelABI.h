@@ -65,7 +65,9 @@ extern const int64_t *const ddpc_output_shapes[];
 /// args[num_inputs .. num_inputs + num_outputs) are output buffers allocated
 /// by the caller with room for the full static shape. The runtime passes
 /// 64-byte aligned buffers of at least one byte each (also for zero-size
-/// tensors). The function must not throw or call exit.
+/// tensors); no output buffer overlaps another argument (compiled code
+/// relies on it, see ddpc-gemm-epilogues). The function must not throw or
+/// call exit.
 void ddpc_invoke(void **args);
 
 #ifdef __cplusplus

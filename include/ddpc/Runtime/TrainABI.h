@@ -7,8 +7,10 @@
 // loader, the process group (MPI), checkpoints and ONNX export, and the
 // collective entry points that compiled code calls.
 //
-// All tensors are dense, row-major, 64-byte aligned. Parameters, buffers,
-// optimizer state and gradients are float32. Valid C and C++; no MLIR.
+// All tensors are dense, row-major, 64-byte aligned, and each argument of a
+// step function is its own allocation (no two overlap; compiled code relies
+// on it). Parameters, buffers, optimizer state and gradients are float32.
+// Valid C and C++; no MLIR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -135,9 +137,9 @@ void ddpc_rt_allreduce_sum_f32(float *data, int64_t count);
 /// thread unless DDPC_COMM_THREAD=0 or MPI lacks MPI_THREAD_SERIALIZED), and
 /// `wait` orders the results before what follows (CUDA: the compute stream
 /// waits for the communication stream; CPU: waits, with the collective
-/// watchdog, and copies back). All three are no-ops unless the runtime marked this call
-/// as the synchronizing micro-batch of a multi-rank optimizer step (its
-/// last), as PyTorch DDP's no_sync() does for the others. Never return on
+/// watchdog, and copies back). All three are no-ops unless the runtime marked
+/// this call as the synchronizing micro-batch of a multi-rank optimizer step
+/// (its last), as PyTorch DDP's no_sync() does for the others. Never return on
 /// failure.
 void ddpc_rt_bucket_add_f32(float *data, int64_t count);
 void ddpc_rt_bucket_allreduce_start(int64_t bucket);

@@ -17,10 +17,18 @@
 // GPU lowering helpers (memref level, used by the CUDA pipeline only):
 //   ddpc-plan-arena             temporaries at compile-time arena offsets
 //   ddpc-gemm-to-library-call   contraction generics -> ddpc_gemm_f32 calls
+//   ddpc-conv-to-gemm           convolutions and their gradients -> cuDNN
+//                               calls, im2col + GEMM as fallback
 //   ddpc-gemm-epilogues         GEMM + bias (+ ReLU) kernel -> one cuBLASLt
 //                               call, with the two as fallback
+//   ddpc-conv-epilogues         convolution + bias (+ ReLU) kernel -> one
+//                               fused cuDNN call, with the two as fallback
 //   ddpc-scatter-to-atomic      reduction generics with non-injective
 //                               outputs -> parallel loops with atomic adds
+//   ddpc-split-reductions       short reductions -> more threads + atomics
+//   ddpc-parallel-loops-outermost  parallel loops before reduction loops
+//   ddpc-serial-loops-to-device    host loops over device memory -> one
+//                                  device thread
 //   ddpc-memref-copy-to-linalg  memref.copy -> linalg.copy (device copies)
 //   ddpc-collapse-parallel-loops  n-d scf.parallel -> 1-d (one thread/elem)
 //   ddpc-gpu-host-sync          device/host ordering for host memory accesses

@@ -193,6 +193,39 @@ def GemmEpiloguesPass : Pass<"ddpc-gemm-epilogues", "mlir::func::FuncOp"> {
   ];
 }
 
+def ConvEpiloguesPass : Pass<"ddpc-conv-epilogues", "mlir::func::FuncOp"> {
+  let summary = "Fold a per-channel bias add (+ ReLU) kernel that follows a cuDNN forward convolution into one fused cuDNN call, keeping both as the fallback";
+  let description = [{
+    `ddpc-conv-epilogues` (func.func, after ddpc-conv-to-gemm). A forward
+    convolution call that overwrites its output y,
+      %c = func.call @ddpc_conv2d_f32(0, N, C, H, W, K, ..., x, w, y, 0)
+      scf.if (%c == 0) { <im2col + GEMM> } {ddpc.library_fallback}
+    whose output is next used by an elementwise generic over (n, k, p, q)
+    D[n,k,p,q] = act(y[n,k,p,q] + bias[k]) (act: none, or ReLU as
+    maximumf(s, 0) or the importer's NaN-propagating select form; a Conv
+    with bias (+ Relu) of an inference or eval function), with D a dense
+    float32 buffer disjoint from x and w, and D == y or y not used
+    afterwards, becomes
+      %done = func.call @ddpc_conv2d_bias_act_f32(N, C, H, W, K, R, S, P,
+                Q, sh, sw, dh, dw, G, x, w, bias, D, act) : i32
+      scf.if (%done == 0) { <the convolution call and its fallback>;
+                            <the generic> } {ddpc.library_fallback}
+    The runtime runs cuDNN's fused convolution + bias + activation forward
+    (cudnnConvolutionBiasActivationForward, with the NaN-propagating ReLU
+    or the identity) and returns 1, or returns 0 when cuDNN is unavailable
+    or declines (or DDPC_CUDNN=0 or DDPC_CONV_EPILOGUE=0), and the original
+    steps run. In training the convolution output is read again by the
+    backward pass (which recomputes the bias add), so training keeps the
+    separate kernel, as ddpc-gemm-epilogues does for GEMMs.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect",
+    "mlir::func::FuncDialect",
+    "mlir::memref::MemRefDialect",
+    "mlir::scf::SCFDialect"
+  ];
+}
+
 def ConvToGemmPass : Pass<"ddpc-conv-to-gemm", "mlir::func::FuncOp"> {
   let summary = "Lower 2-d convolutions and their gradients to cuDNN calls with im2col + GEMM fallbacks";
   let description = [{

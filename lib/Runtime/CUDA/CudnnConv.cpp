@@ -1,9 +1,14 @@
-//===- CudnnConv.cpp - ddpc_conv2d_f32 on cuDNN ---------------------------===//
+//===- CudnnConv.cpp - ddpc_conv2d[_bias_act]_f32 on cuDNN ----------------===//
 //
 // Part of ddpc's CUDA runtime. Compiled code calls ddpc_conv2d_f32 (Gemm.h)
-// for every ungrouped 2-d convolution, its data gradient and its filter
-// gradient (ddpc-conv-to-gemm), and falls back to its own im2col + cuBLAS
-// lowering when the call returns 0.
+// for every 2-d convolution, its data gradient and its filter gradient
+// (ddpc-conv-to-gemm), and falls back to its own im2col + cuBLAS lowering
+// when the call returns 0. A forward convolution followed by a per-channel
+// bias (+ ReLU) first tries ddpc_conv2d_bias_act_f32 (ddpc-conv-epilogues):
+// cudnnConvolutionBiasActivationForward with the identity (which cuDNN runs
+// with the IMPLICIT_PRECOMP_GEMM algorithm only) or the NaN-propagating
+// ReLU, falling back to ddpc_conv2d_f32 and a kernel when it returns 0
+// (also with DDPC_CONV_EPILOGUE=0).
 //
 // cuDNN is loaded with dlopen (libcudnn.so.9, which exports the convolution
 // API and loads its engine libraries itself), so programs neither link nor
@@ -62,13 +67,19 @@ struct CudnnApi {
   decltype(&::cudnnGetConvolutionBackwardFilterAlgorithm_v7) filterAlgos;
   decltype(&::cudnnGetConvolutionBackwardFilterWorkspaceSize) filterWorkspace;
   decltype(&::cudnnConvolutionBackwardFilter) backwardFilter;
+  // Optional: without them ddpc_conv2d_bias_act_f32 declines.
+  decltype(&::cudnnCreateActivationDescriptor) createActivation;
+  decltype(&::cudnnSetActivationDescriptor) setActivation;
+  decltype(&::cudnnConvolutionBiasActivationForward) biasActivationForward;
 };
 
 /// One cached problem: descriptors, algorithm and workspace bytes; `ok`
-/// false when cuDNN rejected it.
+/// false when cuDNN rejected it. `bias` and `act` only for the fused
+/// convolution + bias + activation.
 struct Problem {
   bool ok = false;
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
@@ -130,6 +141,14 @@ Cudnn *cudnn() {
     resolve("cudnnGetConvolutionBackwardFilterWorkspaceSize",
             a.filterWorkspace);
     resolve("cudnnConvolutionBackwardFilter", a.backwardFilter);
+    bool required = complete;
+    resolve("cudnnCreateActivationDescriptor", a.createActivation);
+    resolve("cudnnSetActivationDescriptor", a.setActivation);
+    resolve("cudnnConvolutionBiasActivationForward", a.biasActivationForward);
+    if (!complete) {
+      a.biasActivationForward = nullptr;
+      complete = required;
+    }
     // The handle belongs to the current device: choose the rank's first.
     cudaStream_t stream = cuda::computeStream();
     cudnnStatus_t st = CUDNN_STATUS_NOT_INITIALIZED;
@@ -245,6 +264,117 @@ std::string prepare(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p) {
   return "";
 }
 
+/// Builds `p` for a forward convolution fused with a per-channel bias and
+/// activation `act` (0 identity, 1 ReLU); returns why cuDNN rejects it, or
+/// "".
+std::string prepareFused(Cudnn &c, int32_t act, const Conv2dShape &d,
+                         Problem &p) {
+  CudnnApi &a = c.api;
+  if (!a.biasActivationForward)
+    return "this cuDNN lacks cudnnConvolutionBiasActivationForward";
+  std::string why = prepare(c, /*kind=*/0, d, p);
+  if (!why.empty())
+    return why;
+  p.ok = false;
+  auto step = [&](cudnnStatus_t st, const char *what) {
+    if (why.empty() && st != CUDNN_STATUS_SUCCESS)
+      why = std::string(what) + ": " + a.getErrorString(st);
+    return why.empty();
+  };
+  step(a.createTensor(&p.bias), "cudnnCreateTensorDescriptor(bias)");
+  step(a.createActivation(&p.act), "cudnnCreateActivationDescriptor");
+  if (!why.empty())
+    return why;
+  step(a.setTensor4d(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                     static_cast<int>(d.k), 1, 1),
+       "cudnnSetTensor4dDescriptor(bias)");
+  // The compiled Relu keeps NaN: propagate it.
+  step(a.setActivation(p.act,
+                       act ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                       CUDNN_PROPAGATE_NAN, 0.0),
+       "cudnnSetActivationDescriptor");
+  if (!act) {
+    // cuDNN supports the identity activation only with this algorithm.
+    p.algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    step(a.forwardWorkspace(c.handle, p.x, p.w, p.conv, p.y,
+                            CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                            &p.workspace),
+         "forward workspace size (IMPLICIT_PRECOMP_GEMM)");
+  }
+  if (!why.empty())
+    return why;
+  p.ok = true;
+  return "";
+}
+
+std::string shapeText(int32_t kind, const Conv2dShape &d) {
+  static const char *const kNames[] = {"forward", "backward data",
+                                       "backward filter", "forward + bias",
+                                       "forward + bias + ReLU"};
+  auto s = [](int64_t v) { return std::to_string(v); };
+  return std::string(kNames[kind]) + " convolution x " + s(d.n) + "x" + s(d.c) +
+         "x" + s(d.h) + "x" + s(d.w) + ", w " + s(d.k) + "x" +
+         s(d.c / d.groups) + "x" + s(d.r) + "x" + s(d.s) + ", stride " +
+         s(d.strideH) + "," + s(d.strideW) + ", dilation " + s(d.dilationH) +
+         "," + s(d.dilationW) +
+         (d.groups > 1 ? ", " + s(d.groups) + " groups" : "");
+}
+
+/// Runs one convolution of `kind` (0-2: ddpc_conv2d_f32's kinds; 3, 4: the
+/// fused forward + bias with the identity or ReLU) through cuDNN: finds or
+/// prepares its cached problem, grows the workspace, and enqueues
+/// `launch(problem)`. Returns 1, or 0 when cuDNN declines (said once).
+template <typename Launch>
+int32_t runConv(Cudnn &lib, int32_t kind, const Conv2dShape &d, Launch launch) {
+  std::lock_guard<std::mutex> lock(lib.mutex);
+  std::array<int64_t, 15> key = {
+      kind, d.n, d.c,       d.h,       d.w,         d.k,         d.r,     d.s,
+      d.p,  d.q, d.strideH, d.strideW, d.dilationH, d.dilationW, d.groups};
+  const char *fallback = kind >= 3 ? "the convolution and its epilogue kernel"
+                                   : "im2col + cuBLAS GEMMs";
+  auto it = lib.problems.find(key);
+  if (it == lib.problems.end()) {
+    Problem problem;
+    std::string why = kind >= 3 ? prepareFused(lib, kind - 3, d, problem)
+                                : prepare(lib, kind, d, problem);
+    if (!why.empty())
+      note("cuDNN declined the " + shapeText(kind, d) + " (" + why +
+           "); it runs as " + fallback);
+    it = lib.problems.emplace(key, problem).first;
+  }
+  Problem &pr = it->second;
+  if (!pr.ok)
+    return 0;
+  cudaStream_t stream = cuda::computeStream();
+  if (pr.workspace > lib.workspaceBytes) {
+    // Earlier calls may still use the old buffer: free it in stream order.
+    if (lib.workspace)
+      cuda::check(cudaFreeAsync(lib.workspace, stream),
+                  "cudaFreeAsync (cuDNN workspace)");
+    cuda::check(cudaMallocAsync(&lib.workspace, pr.workspace, stream),
+                "cudaMallocAsync (cuDNN workspace)");
+    lib.workspaceBytes = pr.workspace;
+  }
+  if (cuda::syncCheck())
+    cuda::checkCompleted("the kernels before the cuDNN " + shapeText(kind, d));
+  size_t token =
+      cuda::profiling() ? cuda::profileBegin("cudnn " + shapeText(kind, d)) : 0;
+  cudnnStatus_t st = launch(pr);
+  if (cuda::profiling())
+    cuda::profileEnd(token);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    // Rejected when queued (nothing ran): fall back from now on.
+    note("cuDNN failed on the " + shapeText(kind, d) + " (" +
+         lib.api.getErrorString(st) + "); it runs as " + fallback +
+         " from now on");
+    pr.ok = false;
+    return 0;
+  }
+  if (cuda::syncCheck())
+    cuda::checkCompleted("cuDNN " + shapeText(kind, d));
+  return 1;
+}
+
 } // namespace
 
 extern "C" int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c,
@@ -257,80 +387,55 @@ extern "C" int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c,
   Cudnn *lib = cudnn();
   if (!lib || kind < 0 || kind > 2 || groups < 1 || c % groups || k % groups)
     return 0;
-  static const char *const kNames[] = {"forward", "backward data",
-                                       "backward filter"};
   Conv2dShape d{n, c, h,       w,       k,         r,         s,
                 p, q, strideH, strideW, dilationH, dilationW, groups};
-  std::lock_guard<std::mutex> lock(lib->mutex);
-  std::array<int64_t, 15> key = {
-      kind, n, c,       h,       w,         k,         r,     s,
-      p,    q, strideH, strideW, dilationH, dilationW, groups};
-  auto shape = [&] {
-    return std::string(kNames[kind]) + " convolution x " + std::to_string(n) +
-           "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
-           std::to_string(w) + ", w " + std::to_string(k) + "x" +
-           std::to_string(c / groups) + "x" + std::to_string(r) + "x" +
-           std::to_string(s) + ", stride " + std::to_string(strideH) + "," +
-           std::to_string(strideW) + ", dilation " + std::to_string(dilationH) +
-           "," + std::to_string(dilationW) +
-           (groups > 1 ? ", " + std::to_string(groups) + " groups" : "");
-  };
-  auto it = lib->problems.find(key);
-  if (it == lib->problems.end()) {
-    Problem problem;
-    std::string why = prepare(*lib, kind, d, problem);
-    if (!why.empty())
-      note("cuDNN declined the " + shape() + " (" + why +
-           "); it runs as im2col + cuBLAS GEMMs");
-    it = lib->problems.emplace(key, problem).first;
-  }
-  Problem &pr = it->second;
-  if (!pr.ok)
-    return 0;
-  cudaStream_t stream = cuda::computeStream();
-  if (pr.workspace > lib->workspaceBytes) {
-    // Earlier calls may still use the old buffer: free it in stream order.
-    if (lib->workspace)
-      cuda::check(cudaFreeAsync(lib->workspace, stream),
-                  "cudaFreeAsync (cuDNN workspace)");
-    cuda::check(cudaMallocAsync(&lib->workspace, pr.workspace, stream),
-                "cudaMallocAsync (cuDNN workspace)");
-    lib->workspaceBytes = pr.workspace;
-  }
-  if (cuda::syncCheck())
-    cuda::checkCompleted("the kernels before the cuDNN " + shape());
-  size_t token = cuda::profiling() ? cuda::profileBegin("cudnn " + shape()) : 0;
   const float one = 1.0f, zero = 0.0f;
   const float *beta = accumulate ? &one : &zero;
   auto *xp = reinterpret_cast<float *>(x);
   auto *wp = reinterpret_cast<float *>(filter);
   auto *yp = reinterpret_cast<float *>(y);
   CudnnApi &a = lib->api;
-  cudnnStatus_t st;
-  if (kind == 0)
-    st = a.forward(lib->handle, &one, pr.x, xp, pr.w, wp, pr.conv,
-                   static_cast<cudnnConvolutionFwdAlgo_t>(pr.algo),
-                   lib->workspace, pr.workspace, beta, pr.y, yp);
-  else if (kind == 1)
-    st = a.backwardData(lib->handle, &one, pr.w, wp, pr.y, yp, pr.conv,
-                        static_cast<cudnnConvolutionBwdDataAlgo_t>(pr.algo),
-                        lib->workspace, pr.workspace, beta, pr.x, xp);
-  else
-    st = a.backwardFilter(lib->handle, &one, pr.x, xp, pr.y, yp, pr.conv,
-                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(pr.algo),
-                          lib->workspace, pr.workspace, beta, pr.w, wp);
-  if (cuda::profiling())
-    cuda::profileEnd(token);
-  if (st != CUDNN_STATUS_SUCCESS) {
-    // Rejected when queued (nothing ran): fall back from now on.
-    note("cuDNN failed on the " + shape() + " (" + a.getErrorString(st) +
-         "); it runs as im2col + cuBLAS GEMMs from now on");
-    pr.ok = false;
+  return runConv(*lib, kind, d, [&](Problem &pr) {
+    if (kind == 0)
+      return a.forward(lib->handle, &one, pr.x, xp, pr.w, wp, pr.conv,
+                       static_cast<cudnnConvolutionFwdAlgo_t>(pr.algo),
+                       lib->workspace, pr.workspace, beta, pr.y, yp);
+    if (kind == 1)
+      return a.backwardData(lib->handle, &one, pr.w, wp, pr.y, yp, pr.conv,
+                            static_cast<cudnnConvolutionBwdDataAlgo_t>(pr.algo),
+                            lib->workspace, pr.workspace, beta, pr.x, xp);
+    return a.backwardFilter(
+        lib->handle, &one, pr.x, xp, pr.y, yp, pr.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pr.algo), lib->workspace,
+        pr.workspace, beta, pr.w, wp);
+  });
+}
+
+extern "C" int32_t
+ddpc_conv2d_bias_act_f32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                         int64_t r, int64_t s, int64_t p, int64_t q,
+                         int64_t strideH, int64_t strideW, int64_t dilationH,
+                         int64_t dilationW, int64_t groups, int64_t x,
+                         int64_t filter, int64_t bias, int64_t d, int32_t act) {
+  if (!convEpiloguesEnabled())
     return 0;
-  }
-  if (cuda::syncCheck())
-    cuda::checkCompleted("cuDNN " + shape());
-  return 1;
+  Cudnn *lib = cudnn();
+  if (!lib || act < 0 || act > 1 || groups < 1 || c % groups || k % groups)
+    return 0;
+  Conv2dShape shape{n, c, h,       w,       k,         r,         s,
+                    p, q, strideH, strideW, dilationH, dilationW, groups};
+  const float one = 1.0f, zero = 0.0f;
+  auto *dp = reinterpret_cast<float *>(d);
+  CudnnApi &a = lib->api;
+  // D = act(1 * conv(x, w) + 0 * z + bias), z = D (ignored with alpha2 0).
+  return runConv(*lib, 3 + act, shape, [&](Problem &pr) {
+    return a.biasActivationForward(
+        lib->handle, &one, pr.x, reinterpret_cast<const float *>(x), pr.w,
+        reinterpret_cast<const float *>(filter), pr.conv,
+        static_cast<cudnnConvolutionFwdAlgo_t>(pr.algo), lib->workspace,
+        pr.workspace, &zero, pr.y, dp, pr.bias,
+        reinterpret_cast<const float *>(bias), pr.act, pr.y, dp);
+  });
 }
 
 #else // No cudnn.h at build time: always the im2col + GEMM lowering.
@@ -339,6 +444,14 @@ extern "C" int32_t ddpc_conv2d_f32(int32_t, int64_t, int64_t, int64_t, int64_t,
                                    int64_t, int64_t, int64_t, int64_t, int64_t,
                                    int64_t, int64_t, int64_t, int64_t, int64_t,
                                    int64_t, int64_t, int64_t, int32_t) {
+  return 0;
+}
+
+extern "C" int32_t ddpc_conv2d_bias_act_f32(int64_t, int64_t, int64_t, int64_t,
+                                            int64_t, int64_t, int64_t, int64_t,
+                                            int64_t, int64_t, int64_t, int64_t,
+                                            int64_t, int64_t, int64_t, int64_t,
+                                            int64_t, int64_t, int32_t) {
   return 0;
 }
 
