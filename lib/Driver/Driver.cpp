@@ -8,6 +8,7 @@
 
 #include "ddpc/Driver/Driver.h"
 
+#include "ddpc/Runtime/OutputFile.h"
 #include "ddpc/Training/TrainingStep.h"
 
 #include <onnx/onnx_pb.h>
@@ -62,7 +63,8 @@ bool writeFileAtomic(const std::string &path, StringRef text,
     llvm::outs().flush();
     return true;
   }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  runtime::OutputTarget target = runtime::resolveOutput(path);
+  std::string tmp = target.temporary();
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(tmp, ec, llvm::sys::fs::OF_None);
@@ -71,13 +73,15 @@ bool writeFileAtomic(const std::string &path, StringRef text,
       return false;
     }
     os << text;
+    os.close();
+    if (os.has_error()) {
+      error = "cannot write '" + tmp + "': " + os.error().message();
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return false;
+    }
   }
-  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
-    llvm::sys::fs::remove(tmp);
-    error = "cannot write '" + path + "': " + ec.message();
-    return false;
-  }
-  return true;
+  return runtime::commitOutput(tmp, target, error);
 }
 
 std::string printOp(Operation *op) {
@@ -528,7 +532,8 @@ void addBucketReport(ModuleOp module, std::string &reportJSON) {
 /// Adds the CUDA target's plan to `reportJSON`, from the IR after stage
 /// "gpu-kernels": per step function the kernel launches, cuBLAS GEMM calls
 /// (of which cuBLASLt GEMMs with a fused bias/ReLU epilogue), cuDNN
-/// convolutions (library fallbacks are not counted) and arena bytes
+/// convolutions (of which fused convolution + bias/ReLU calls; library
+/// fallbacks are not counted) and arena bytes
 /// (ddpc-plan-arena), plus the architectures. `emulated` (cuda-emulate,
 /// from the IR after stage "bufferized"): kernels are still the outermost
 /// scf.parallel loops that the CUDA pipeline turns into launches.
@@ -551,7 +556,8 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
     // those of the module's functions it calls (the SyncBatchNorm allreduce
     // helpers), once per call site.
     struct Counts {
-      int64_t launches = 0, gemms = 0, epilogues = 0, convs = 0;
+      int64_t launches = 0, gemms = 0, epilogues = 0, convs = 0,
+              convEpilogues = 0;
     };
     llvm::DenseMap<Operation *, Counts> counted;
     std::function<Counts(func::FuncOp)> count = [&](func::FuncOp f) -> Counts {
@@ -569,7 +575,9 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
           bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
           c.gemms += epilogue || call.getCallee() == "ddpc_gemm_f32";
           c.epilogues += epilogue;
-          c.convs += call.getCallee() == "ddpc_conv2d_f32";
+          bool convEpilogue = call.getCallee() == "ddpc_conv2d_bias_act_f32";
+          c.convs += convEpilogue || call.getCallee() == "ddpc_conv2d_f32";
+          c.convEpilogues += convEpilogue;
           auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
           if (callee && !callee.isExternal()) {
             Counts inner = count(callee);
@@ -577,6 +585,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
             c.gemms += inner.gemms;
             c.epilogues += inner.epilogues;
             c.convs += inner.convs;
+            c.convEpilogues += inner.convEpilogues;
           }
         }
         return WalkResult::advance();
@@ -596,6 +605,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
                              {"cublas_gemms", c.gemms},
                              {"cublaslt_epilogue_gemms", c.epilogues},
                              {"cudnn_convolutions", c.convs},
+                             {"cudnn_epilogue_convolutions", c.convEpilogues},
                              {"arena_bytes", arena}});
     }
     llvm::json::Array archList;
@@ -648,6 +658,8 @@ int compile(const CompileOptions &options, std::string &error,
     error = "no output file: pass -o FILE";
     return kCompileError;
   }
+  if (!checkCPUTargetOptions(options.cpu, error))
+    return kCompileError;
   bool textOutput =
       options.emit == EmitKind::MLIR || options.emit == EmitKind::LoweredMLIR ||
       options.emit == EmitKind::LLVMIR || options.emit == EmitKind::PTX;
@@ -661,8 +673,16 @@ int compile(const CompileOptions &options, std::string &error,
     SmallString<256> dir(options.outputPath);
     llvm::sys::path::remove_filename(dir);
     if (!dir.empty() && !llvm::sys::fs::is_directory(dir)) {
-      error = "cannot write '" + options.outputPath + "': folder '" +
-              std::string(dir) + "' does not exist";
+      error = "cannot write '" + options.outputPath + "': '" +
+              std::string(dir) +
+              (llvm::sys::fs::exists(dir) ? "' is not a folder"
+                                          : "' does not exist");
+      return kCompileError;
+    }
+    if (llvm::sys::fs::is_directory(options.outputPath)) {
+      error = "-o '" + options.outputPath +
+              "' is a folder; give the output a file name (e.g. -o " +
+              options.outputPath + "/prog)";
       return kCompileError;
     }
   }
@@ -707,6 +727,15 @@ int compile(const CompileOptions &options, std::string &error,
     error = std::string("the gradient bucket cap (--bucket-cap-mb, "
                         "TrainConfig.bucket_cap_mb) must be a positive "
                         "number of MiB, got ") +
+            got;
+    return kCompileError;
+  }
+  if (options.train.enabled &&
+      !(std::isfinite(options.train.lr) && options.train.lr >= 0)) {
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", options.train.lr);
+    error = std::string("the learning rate (--lr, TrainConfig.lr) must be a "
+                        "finite number >= 0, got ") +
             got;
     return kCompileError;
   }
@@ -766,6 +795,12 @@ int compile(const CompileOptions &options, std::string &error,
   }
   std::string lastDump; // --dump-ir: the text of the last file written.
   if (!options.dumpIRDir.empty()) {
+    if (llvm::sys::fs::exists(options.dumpIRDir) &&
+        !llvm::sys::fs::is_directory(options.dumpIRDir)) {
+      error = "--dump-ir '" + options.dumpIRDir +
+              "' is a file; --dump-ir takes a folder";
+      return kCompileError;
+    }
     if (auto ec = llvm::sys::fs::create_directories(options.dumpIRDir)) {
       error = "cannot create --dump-ir folder '" + options.dumpIRDir +
               "': " + ec.message();
@@ -1012,8 +1047,8 @@ int compile(const CompileOptions &options, std::string &error,
                   : "' (build the project, or pass --runtime-dir)");
     return kCompileError;
   }
-  std::string tmpOut =
-      options.outputPath + ".tmp." + std::to_string(::getpid());
+  runtime::OutputTarget target = runtime::resolveOutput(options.outputPath);
+  std::string tmpOut = target.temporary();
   const char *cxx = std::getenv("DDPC_CXX");
   std::vector<std::string> argv = {cxx ? cxx : "c++", "-O2"};
   if (options.emit == EmitKind::SharedLibrary)
@@ -1044,11 +1079,8 @@ int compile(const CompileOptions &options, std::string &error,
     llvm::sys::fs::remove(tmpOut);
     return kCompileError;
   }
-  if (auto ec = llvm::sys::fs::rename(tmpOut, options.outputPath)) {
-    llvm::sys::fs::remove(tmpOut);
-    error = "cannot write '" + options.outputPath + "': " + ec.message();
+  if (!runtime::commitOutput(tmpOut, target, error))
     return kCompileError;
-  }
   return kCompileOk;
 }
 

@@ -8,6 +8,7 @@
 #include "ddpc/Pipelines/Pipelines.h"
 
 #include "ddpc/Import/ONNX/Importer.h"
+#include "ddpc/Target/CUDA/Archs.h"
 #include "ddpc/Transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -68,15 +69,16 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 }
 
 void buildGPULoopPipeline(OpPassManager &pm) {
-  addPipeline(pm, "func.func(ddpc-conv-to-gemm,ddpc-plan-arena,"
-                  "ddpc-gemm-to-library-call,ddpc-gemm-epilogues,"
-                  "ddpc-scatter-to-atomic,"
-                  "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
-                  "ddpc-split-reductions,"
-                  "convert-linalg-to-parallel-loops,"
-                  "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
-                  "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
-                  "no-min-max-bounds})");
+  addPipeline(
+      pm, "func.func(ddpc-conv-to-gemm,ddpc-plan-arena,"
+          "ddpc-gemm-to-library-call,ddpc-gemm-epilogues,ddpc-conv-epilogues,"
+          "ddpc-scatter-to-atomic,"
+          "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
+          "ddpc-split-reductions,"
+          "convert-linalg-to-parallel-loops,"
+          "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
+          "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
+          "no-min-max-bounds})");
 }
 
 void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {
@@ -91,12 +93,9 @@ void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
   // the plan report can tell the epilogue fallbacks (scf.if) apart.
   addPipeline(pm, "lower-affine,convert-scf-to-cf,canonicalize,cse");
   for (const std::string &chip : options.chips) {
-    // The oldest PTX ISA that knows the chip: 8.0 (CUDA 12.0) up to
-    // sm_90a, 8.6 (CUDA 12.8) for sm_100/101/103, 8.7 for sm_120 and newer.
-    int number = std::atoi(chip.c_str() + 3);
-    const char *ptx = number >= 120   ? "+ptx87"
-                      : number >= 100 ? "+ptx86"
-                                      : "+ptx80";
+    // The oldest PTX ISA LLVM accepts for the chip (Archs.h).
+    const CUDAArch *arch = findCUDAArch(chip);
+    const char *ptx = arch ? arch->ptxFeature : "+ptx80";
     std::string attach =
         "nvvm-attach-target{chip=" + chip + " features=" + ptx + " O=3";
     if (!options.libdevice.empty())

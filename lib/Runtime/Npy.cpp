@@ -9,6 +9,8 @@
 
 #include "ddpc/Runtime/Npy.h"
 
+#include "ddpc/Runtime/OutputFile.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -581,7 +583,8 @@ bool writeNpy(const std::string &path, const NpyArray &array,
   std::vector<uint8_t> image;
   if (!serializeNpy(array, image, what))
     return fail();
-  std::string tmp = path + ".tmp." + std::to_string(long(::getpid()));
+  OutputTarget target = resolveOutput(path);
+  std::string tmp = target.temporary();
   FILE *f = std::fopen(tmp.c_str(), "wb");
   if (!f) {
     what = "cannot create '" + tmp + "': " + std::strerror(errno);
@@ -598,14 +601,7 @@ bool writeNpy(const std::string &path, const NpyArray &array,
     what = std::string("write failed: ") + std::strerror(savedErrno);
     return fail();
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    savedErrno = errno;
-    std::remove(tmp.c_str());
-    what = std::string("cannot rename temporary file: ") +
-           std::strerror(savedErrno);
-    return fail();
-  }
-  return true;
+  return commitOutput(tmp, target, err);
 }
 
 } // namespace runtime

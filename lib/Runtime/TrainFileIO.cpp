@@ -2,6 +2,8 @@
 
 #include "ddpc/Runtime/TrainFileIO.h"
 
+#include "ddpc/Runtime/OutputFile.h"
+
 #include <cerrno>
 #include <cstring>
 #include <unistd.h>
@@ -19,7 +21,7 @@ uint64_t fnv1a64(const void *data, size_t size, uint64_t hash) {
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path(std::move(path)) {
-  tmpPath = this->path + ".tmp." + std::to_string(::getpid());
+  tmpPath = resolveOutput(this->path).temporary();
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -55,8 +57,8 @@ bool AtomicFileWriter::commit(std::string &err) {
   int savedErrno = errno;
   ok = (std::fclose(file) == 0) && ok;
   file = nullptr;
-  if (ok && std::rename(tmpPath.c_str(), path.c_str()) == 0)
-    return true;
+  if (ok)
+    return commitOutput(tmpPath, resolveOutput(path), err);
   if (!savedErrno)
     savedErrno = errno;
   err = "cannot write '" + path + "': " + std::strerror(savedErrno);

@@ -226,9 +226,11 @@ Options parseOptions(int argc, char **argv) {
     else if (matchOption("--shuffle-seed", argc, argv, i, v))
       o.seed = static_cast<uint64_t>(parseInt("--shuffle-seed", v, 0)),
       o.seedGiven = true;
-    else if (matchOption("--lr", argc, argv, i, v))
+    else if (matchOption("--lr", argc, argv, i, v)) {
       o.lr = static_cast<float>(parseDouble("--lr", v)), o.lrGiven = true;
-    else if (matchOption("--save", argc, argv, i, v))
+      if (!(std::isfinite(o.lr) && o.lr >= 0))
+        fatalError("--lr must be a finite number >= 0, got '" + v + "'");
+    } else if (matchOption("--save", argc, argv, i, v))
       o.save = v;
     else if (matchOption("--checkpoint-every", argc, argv, i, v))
       o.checkpointEvery = parseInt("--checkpoint-every", v, 1);

@@ -217,6 +217,15 @@ class Program:
         """
         exe = self._artifact("EXECUTABLE", "program")
         dest = pathlib.Path(path)
+        if dest.is_symlink() and dest.exists():
+            dest = dest.resolve()  # Write through the link, not over it.
+        if dest.exists() and not dest.is_file() and not dest.is_dir() or (
+                dest.is_symlink() and not dest.exists()):
+            # A device, FIFO or dangling symlink: write it in place (renaming
+            # over it would replace the special file itself).
+            with open(exe, "rb") as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out)
+            return pathlib.Path(path)
         tmp = dest.with_name(f".{dest.name}.tmp.{os.getpid()}.{threading.get_ident()}")
         try:
             shutil.copyfile(exe, tmp)
@@ -225,7 +234,7 @@ class Program:
         finally:
             if tmp.exists():
                 tmp.unlink()
-        return dest
+        return pathlib.Path(path)
 
     # -- inference ----------------------------------------------------------
 
@@ -336,6 +345,7 @@ class Program:
         val_data: np.ndarray | None = None,
         val_labels: np.ndarray | None = None,
         shuffle_seed: int = 0,
+        shuffle: bool = True,
         extra_args: Sequence[str] = (),
         timeout: float | None = None,
     ) -> TrainResult:
@@ -345,7 +355,8 @@ class Program:
         arrays there as ``.npy`` files and runs::
 
             ./train --data X.npy --labels Y.npy --epochs E \\
-                --log-json steps.jsonl --save trained.onnx --shuffle-seed S \\
+                --log-json steps.jsonl --save trained.onnx \\
+                (--shuffle-seed S | --no-shuffle) \\
                 [--val-data VX.npy --val-labels VY.npy] [extra_args...]
 
         through ``mpirun --oversubscribe -np ranks`` when ``ranks > 1``.
@@ -360,9 +371,12 @@ class Program:
             val_data, val_labels: optional validation set, both or neither.
             shuffle_seed: sampler seed; epoch e visits the samples in the
                 order of permutation ``seed + e`` (same on every rank).
+            shuffle: False visits the samples in file order every epoch
+                (``--no-shuffle``; ``shuffle_seed`` is then unused).
             extra_args: more command-line arguments for the program, e.g.
-                ``["--no-shuffle"]``, ``["--lr", "0.05"]``; see
-                ``./train --help``.
+                ``["--lr", "0.05"]``, ``["--grad-clip", "1"]``; see
+                ``./train --help``. ``--no-shuffle`` or ``--shuffle-seed``
+                here take the place of ``shuffle``/``shuffle_seed``.
             timeout: seconds before the run is killed (None: no limit).
 
         Returns:
@@ -412,14 +426,18 @@ class Program:
                 "--save",
                 "trained.onnx",
             ]
-            cmd += ["--shuffle-seed", str(int(shuffle_seed))]
+            extra = [str(a) for a in extra_args]
+            if not any(a == "--no-shuffle" or a.startswith("--shuffle-seed")
+                       for a in extra):
+                cmd += (["--shuffle-seed", str(int(shuffle_seed))] if shuffle
+                        else ["--no-shuffle"])
             if val_data is not None:
                 np.save(workdir / "VX.npy", np.ascontiguousarray(np.asarray(val_data)))
                 np.save(
                     workdir / "VY.npy", np.ascontiguousarray(np.asarray(val_labels))
                 )
                 cmd += ["--val-data", "VX.npy", "--val-labels", "VY.npy"]
-            cmd += [str(a) for a in extra_args]
+            cmd += extra
             env = dict(os.environ)
             if int(ranks) > 1:
                 mpirun = shutil.which("mpirun")

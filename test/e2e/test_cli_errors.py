@@ -104,3 +104,115 @@ def test_program_rejects_wrong_input_shape(ddpc, tmp_path):
                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
     assert run.returncode == 1
     assert "input 'x'" in run.stderr and "float32[2,3]" in run.stderr
+
+
+def relu_model(path, opset=13, dims=(2, 3), outputs=True):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))]
+                          if outputs else [])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def test_output_to_fifo_is_written_not_replaced(ddpc, tmp_path):
+    """-o onto a named pipe (or a device such as /dev/null) writes into it;
+    the old temp-and-rename replaced the special file with a regular one
+    (and a reader waiting on the pipe hung)."""
+    import stat
+    import threading
+    model = relu_model(tmp_path / "m.onnx")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    proc = compile_model(ddpc, model, fifo, "--emit=mlir")
+    assert proc.returncode == 0, proc.stderr
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got and b"func.func @main_graph" in got[0]
+    assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
+
+
+def test_output_through_symlink_keeps_the_link(ddpc, tmp_path):
+    """-o onto a symlink replaces the file it points to, not the link; the
+    program's --output-dir files likewise."""
+    model = relu_model(tmp_path / "m.onnx")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "prog").write_text("old")
+    os.symlink(tmp_path / "real" / "prog", tmp_path / "prog")
+    proc = compile_model(ddpc, model, tmp_path / "prog")
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.islink(tmp_path / "prog")
+    assert (tmp_path / "real" / "prog").read_bytes()[:4] == b"\x7fELF"
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(tmp_path / "real" / "y.npy", out / "y.npy")  # Dangling: created.
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
+                          "--output-dir", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert os.path.islink(out / "y.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "real" / "y.npy"), np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--cpu=bogus"], "--cpu bogus: not a CPU"),
+    (["-O7"], "-O7: the optimization level is 0, 1, 2 or 3"),
+    (["--dim", "N=3", "--dim", "N=4"], "--dim N is given twice"),
+    (["--dim", "N=3", "--batch-size", "2"], "--batch-size 2 conflicts with --dim N=3"),
+    (["--train", "--lr", "-1", "--batch-size", "2"], "must be a finite number >= 0, got -1"),
+    (["--dump-ir", ""], "--dump-ir needs a folder name"),
+])
+def test_bad_options_are_named(ddpc, tmp_path, args, needle):
+    model = relu_model(tmp_path / "m.onnx", dims=("N", 3))
+    proc = compile_model(ddpc, model, tmp_path / "prog", *args)
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+
+
+def test_batch_size_binds_the_name_everywhere(ddpc, tmp_path):
+    """--batch-size binds the leading dimension's name, so the same name in
+    another position of another input gets the same value (numpy oracle)."""
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 3]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, "N"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "N"])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--batch-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    run = subprocess.run([str(tmp_path / "prog"), "--input", f"a={tmp_path / 'a.npy'}",
+                          "--input", f"b={tmp_path / 'b.npy'}", "--output-dir",
+                          str(tmp_path / "out")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), a @ b)
+
+
+def test_output_path_is_a_folder(ddpc, tmp_path):
+    model = relu_model(tmp_path / "m.onnx")
+    proc = compile_model(ddpc, model, tmp_path)
+    assert proc.returncode == 1 and "is a folder; give the output a file name" in proc.stderr
+    (tmp_path / "file").write_text("x")
+    proc = compile_model(ddpc, model, tmp_path / "file" / "prog")
+    assert proc.returncode == 1 and "file' is not a folder" in proc.stderr
+
+
+def test_newer_opset_than_onnx_knows_exit_2(ddpc, tmp_path):
+    """onnxruntime refuses an opset newer than its ONNX; so does ddpc
+    (ONNX 1.22: 27), instead of importing with guessed semantics."""
+    model = relu_model(tmp_path / "m.onnx", opset=99)
+    proc = compile_model(ddpc, model, tmp_path / "prog", "--no-onnx-checker")
+    assert_clean_failure(proc, tmp_path / "prog", 2, "opset 99 is newer than the newest")
+    ok = compile_model(ddpc, relu_model(tmp_path / "m27.onnx", opset=27), tmp_path / "p27")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_graph_without_outputs(ddpc, tmp_path):
+    model = relu_model(tmp_path / "m.onnx", outputs=False)
+    proc = compile_model(ddpc, model, tmp_path / "prog")
+    assert_clean_failure(proc, tmp_path / "prog", 1, "the graph has no outputs")

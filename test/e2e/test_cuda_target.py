@@ -73,6 +73,25 @@ def test_compiles_and_links_for_sm80_sm90(ddpc, tmp_path, model, flags):
     assert kernels >= 2, kernels
 
 
+def test_newest_architectures_assemble(ddpc, tmp_path):
+    """Architectures that need a newer PTX ISA than sm_90 (8.6 up to 9.0)
+    get it: each assembles with ptxas into the program's fatbinary. sm_103,
+    sm_110 and sm_121 once crashed LLVM ("PTX version 8.6 does not support
+    target ...")."""
+    archs = "sm_88,sm_100f,sm_103,sm_110,sm_120a,sm_121"
+    r = subprocess.run([ddpc, "compile", str(ROOT / "examples/digits/digits_mlp.onnx"),
+                        "--batch-size", "8", "--target", "cuda", "--cuda-arch", archs,
+                        "-o", str(tmp_path / "prog")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ptx = subprocess.run([ddpc, "compile", str(ROOT / "examples/digits/digits_mlp.onnx"),
+                          "--batch-size", "8", "--target", "cuda", "--cuda-arch", archs,
+                          "--emit=ptx", "-o", "-"], capture_output=True, text=True)
+    assert ptx.returncode == 0, ptx.stderr
+    for arch in archs.split(","):
+        assert f".target {arch}" in ptx.stdout, arch
+    assert ".version 9.0" in ptx.stdout and ".version 8.8" in ptx.stdout
+
+
 def test_cpu_and_cuda_share_the_pipeline_up_to_bufferization(ddpc, tmp_path):
     """The graph stages are target independent: the fused IR (with its fusion
     groups) is identical for both targets."""
@@ -105,12 +124,14 @@ def test_bad_cuda_options(ddpc, tmp_path):
     assert r.returncode == 1 and "unknown --target 'tpu'" in r.stderr
     # Architectures: well-formed but unknown to the NVPTX backend, and a
     # list with an empty entry, fail in ddpc's own option check.
-    for arch, message in [("sm_81", "not a GPU architecture LLVM's NVPTX backend knows"),
+    for arch, message in [("sm_81", "not an architecture both LLVM's NVPTX backend and the "
+                                    "CUDA 13 ptxas support"),
+                          ("sm_101", "CUDA 13 renamed sm_101 to sm_110"),
                           ("sm_80,", "has an empty entry")]:
         r = subprocess.run([ddpc, "compile", model, "--target", "cuda", "--cuda-arch", arch,
                             "--emit=ptx", "-o", str(tmp_path / "x.ptx")], capture_output=True, text=True)
         assert r.returncode == 1 and message in r.stderr, (arch, r.stderr)
-        assert "ptxas" not in r.stderr and not (tmp_path / "x.ptx").exists()
+        assert "ptxas fatal" not in r.stderr and not (tmp_path / "x.ptx").exists()
 
 
 def test_dump_ir_folder_holds_one_compile(ddpc, tmp_path):

@@ -310,3 +310,23 @@ def test_train_digits_lowers_loss() -> None:
     before = cross_entropy(model, x, y)
     after = cross_entropy(result.model, x, y)
     assert after < 0.8 * before, (before, after)
+
+
+def test_train_without_shuffling() -> None:
+    """shuffle=False (and extra_args=["--no-shuffle"], which the docstring
+    suggests) visit the samples in file order: the first logged loss is the
+    initial model's cross-entropy on the first batch (onnxruntime oracle).
+    extra_args=["--no-shuffle"] once clashed with the --shuffle-seed that
+    train() always passed."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    model = onnx.load(str(root / "examples" / "digits" / "digits_mlp.onnx"))
+    rng = np.random.default_rng(3)
+    x = rng.random((64, 64), dtype=np.float32)
+    y = rng.integers(0, 10, 64).astype(np.int64)
+    config = ddpc.TrainConfig(loss="cross-entropy", optimizer="sgd", lr=0.1, batch_size=16)
+    prog = ddpc.compile(model, train=config)
+    want = cross_entropy(model, x[:16], y[:16])
+    for kwargs in ({"shuffle": False}, {"extra_args": ["--no-shuffle"]}):
+        result = prog.train(x, y, epochs=1, **kwargs)
+        first = next(entry["loss"] for entry in result.log if "loss" in entry)
+        assert abs(first - want) < 1e-5 * max(1.0, abs(want)), (kwargs, first, want)

@@ -216,6 +216,7 @@ def test_bad_inputs_fail_fast(tmp_path, ranks):
         (["--data", tmp_path / "missing.npy", "--labels", yp], "missing.npy"),
         (["--data", xp, "--labels", tmp_path / "short.npy"], "short.npy"),
         (["--data", xp, "--labels", xp], "x0.npy"),
+        (["--data", xp, "--labels", yp, "--lr", "-1"], "--lr must be a finite number >= 0"),
     ]
     for args, needle in cases:
         start = time.time()

@@ -287,8 +287,12 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
            << " cuBLAS GEMMs";
         if (int64_t e = f->getInteger("cublaslt_epilogue_gemms").value_or(0))
           os << " (" << e << " with a bias/ReLU epilogue)";
-        if (int64_t c = f->getInteger("cudnn_convolutions").value_or(0))
+        if (int64_t c = f->getInteger("cudnn_convolutions").value_or(0)) {
           os << ", " << c << " cuDNN convolutions";
+          if (int64_t e =
+                  f->getInteger("cudnn_epilogue_convolutions").value_or(0))
+            os << " (" << e << " with a bias/ReLU epilogue)";
+        }
         os << ", arena " << f->getInteger("arena_bytes").value_or(0)
            << " bytes\n";
       }
@@ -316,8 +320,11 @@ int main(int argc, char **argv) {
       "Environment of programs compiled with --target cuda (or "
       "cuda-emulate):\n"
       "  DDPC_CUDNN=0          convolutions as im2col + cuBLAS, not cuDNN\n"
+      "  DDPC_CONV_EPILOGUE=0  convolution and bias/ReLU kernel, not one fused "
+      "cuDNN call\n"
       "  DDPC_GEMM_EPILOGUE=0  GEMM and bias/ReLU kernel, not one cuBLASLt "
       "call\n"
+      "Environment of programs compiled with --target cuda only:\n"
       "  DDPC_CUDA_PROFILE=1   print device time per kernel/library call at "
       "exit\n"
       "  DDPC_CUDA_SYNC_CHECK=1  wait after every kernel and name the one "
@@ -370,7 +377,12 @@ int main(int argc, char **argv) {
              << "'\n";
       return 1;
     }
-    options.import.dims[name.str()] = v;
+    auto [it, inserted] = options.import.dims.try_emplace(name.str(), v);
+    if (!inserted && it->second != v) {
+      errs() << "error: --dim " << name << " is given twice (" << it->second
+             << " and " << v << ")\n";
+      return 1;
+    }
   }
   for (const std::string &bi : bindInputs) {
     auto [name, file] = StringRef(bi).split('=');
@@ -399,6 +411,10 @@ int main(int argc, char **argv) {
     options.import.batchSize = batchSize;
   }
   options.import.runChecker = !noChecker;
+  if (dumpIR.getNumOccurrences() && dumpIR.empty()) {
+    errs() << "error: --dump-ir needs a folder name\n";
+    return 1;
+  }
   options.dumpIRDir = dumpIR;
   options.printIRAfterAll = printAfterAll;
   options.pipeline.fuseElementwise = !noFusion;

@@ -33,7 +33,8 @@ public:
   void write(const void *data, size_t size);
   /// FNV-1a 64 of all bytes written so far.
   uint64_t hash() const { return fnv; }
-  /// Flushes, fsyncs, closes and renames; false (and `err`) on failure.
+  /// Flushes, fsyncs, closes and renames (or copies into a device or FIFO,
+  /// OutputFile.h); false (and `err`) on failure.
   bool commit(std::string &err);
 
 private:

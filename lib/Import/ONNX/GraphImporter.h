@@ -173,6 +173,9 @@ public:
   mlir::Value rngArg;
   /// Names of the buffer arguments (parameterized running statistics).
   llvm::StringSet<> bufferNames;
+  /// Symbolic dimensions that --batch-size bound (the leading dimension of
+  /// a graph input), so that the same name elsewhere gets the same value.
+  llvm::StringMap<int64_t> batchDims;
 
   /// MLIR element type of an ONNX dtype, or null when unsupported.
   mlir::Type elementType(int32_t dtype);

@@ -440,12 +440,28 @@ static LogicalResult bindInputShape(GraphImporter &gi,
     if (d.has_dim_param()) {
       auto it = gi.options.dims.find(d.dim_param());
       if (it != gi.options.dims.end()) {
+        if (i == 0 && gi.options.batchSize &&
+            *gi.options.batchSize != it->second)
+          return gi.fail(ImportErrorKind::Invalid,
+                         "--batch-size " + Twine(*gi.options.batchSize) +
+                             " conflicts with --dim " + d.dim_param() + "=" +
+                             Twine(it->second) +
+                             " (the leading dimension "
+                             "of graph input '" +
+                             vi.name() + "'); give one of them");
         shape.push_back(it->second);
+        continue;
+      }
+      auto bound = gi.batchDims.find(d.dim_param());
+      if (bound != gi.batchDims.end()) {
+        shape.push_back(bound->second);
         continue;
       }
     }
     if (i == 0 && gi.options.batchSize) {
       shape.push_back(*gi.options.batchSize);
+      if (d.has_dim_param())
+        gi.batchDims[d.dim_param()] = *gi.options.batchSize;
       continue;
     }
     std::string param = d.has_dim_param() ? d.dim_param() : "";
@@ -522,6 +538,18 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     // unsupported by name); very old models carry no opset_import at all.
     if (model.opset_import_size() == 0 && model.ir_version() < 3)
       opset = 1;
+  }
+  // The newest default-domain opset of ONNX 1.22, whose operator
+  // definitions the importer follows; a newer one may change them.
+  constexpr int64_t kNewestOpset = 27;
+  if (opset > kNewestOpset) {
+    (void)gi.fail(ImportErrorKind::Unsupported,
+                  "unsupported: the model's opset " + Twine(opset) +
+                      " is newer than the newest ONNX opset ddpc knows (" +
+                      Twine(kNewestOpset) +
+                      ", ONNX 1.22); export the model with opset <= " +
+                      Twine(kNewestOpset));
+    return nullptr;
   }
   if (failed(runOnnxChecks(gi, model, opset)))
     return nullptr;
@@ -799,6 +827,12 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   }
 
   // Results.
+  if (graph.output_size() == 0) {
+    (void)gi.fail(ImportErrorKind::Invalid,
+                  "invalid model: the graph has no outputs, so there is "
+                  "nothing to compute");
+    return nullptr;
+  }
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
   for (const auto &vi : graph.output()) {

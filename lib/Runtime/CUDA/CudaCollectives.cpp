@@ -100,8 +100,19 @@ bool launchedByMpi() {
   return false;
 }
 
+/// Whether collectivesInit ran: a training program (even on one rank).
+bool gProcessGroup = false;
+
+/// "rank R: " in the messages of training programs (as the CPU runtime
+/// writes them) and of launched jobs; nothing for an inference program.
+std::string rankPrefix() {
+  return gProcessGroup || gSize > 1 || launchedByMpi()
+             ? "rank " + std::to_string(gRank) + ": "
+             : "";
+}
+
 [[noreturn]] void startupError(const std::string &message) {
-  std::fprintf(stderr, "error: rank %d: %s\n", gRank, message.c_str());
+  std::fprintf(stderr, "error: %s%s\n", rankPrefix().c_str(), message.c_str());
   std::_Exit(1);
 }
 
@@ -296,6 +307,7 @@ void pollCollectives() {
 } // namespace cuda
 
 void collectivesInit(int *argc, char ***argv) {
+  gProcessGroup = true;
   if (launchedByMpi()) {
     loadMpi();
     int rc = gMpi.Init(argc, argv);
@@ -340,7 +352,7 @@ double collectiveTimeout() { return gTimeoutSeconds; }
 
 void fatalError(const std::string &message) {
   std::fflush(stdout);
-  std::fprintf(stderr, "error: rank %d: %s\n", gRank, message.c_str());
+  std::fprintf(stderr, "error: %s%s\n", rankPrefix().c_str(), message.c_str());
   std::fflush(stderr);
   if (gSize > 1 && mpiRunning())
     gMpi.Abort(gMpi.commWorld, 1);
@@ -348,7 +360,8 @@ void fatalError(const std::string &message) {
 }
 
 void warning(const std::string &message) {
-  std::fprintf(stderr, "warning: rank %d: %s\n", gRank, message.c_str());
+  std::fprintf(stderr, "warning: %s%s\n", rankPrefix().c_str(),
+               message.c_str());
 }
 
 void allreduceSum(float *data, int64_t count, const char *what) {

@@ -6,6 +6,8 @@
 
 #include "ddpc/Target/CPU/ObjectEmitter.h"
 
+#include "ddpc/Runtime/OutputFile.h"
+
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -13,6 +15,7 @@
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
@@ -26,6 +29,36 @@
 #include <unistd.h>
 
 namespace ddpc {
+
+bool checkCPUTargetOptions(const CPUTargetOptions &options,
+                           std::string &error) {
+  if (options.optLevel > 3) {
+    error = "-O" + std::to_string(options.optLevel) +
+            ": the optimization level is 0, 1, 2 or 3";
+    return false;
+  }
+  if (options.cpu == "native" || options.cpu == "generic")
+    return true;
+  llvm::InitializeNativeTarget();
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, lookupError);
+  if (!target)
+    return true; // emitObjectFile reports it.
+  // Created for the generic CPU (asking for an unknown one would print a
+  // warning); isCPUStringValid checks the backend's table.
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(
+      target->createMCSubtargetInfo(triple, "", ""));
+  if (sti && !sti->isCPUStringValid(options.cpu)) {
+    error = "--cpu " + options.cpu + ": not a CPU LLVM's " +
+            triple.getArchName().str() +
+            " backend knows; use native, generic or a name from "
+            "'llc -mcpu=help' (e.g. skylake, znver3)";
+    return false;
+  }
+  return true;
+}
 
 void registerCPUTranslations(mlir::DialectRegistry &registry) {
   mlir::registerBuiltinDialectTranslation(registry);
@@ -92,7 +125,8 @@ bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
       llvmModule->print(os, nullptr);
   }
 
-  std::string tmpPath = path + ".tmp." + std::to_string(::getpid());
+  runtime::OutputTarget output = runtime::resolveOutput(path);
+  std::string tmpPath = output.temporary();
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(tmpPath, ec, llvm::sys::fs::OF_None);
@@ -109,12 +143,7 @@ bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
     }
     pm.run(*llvmModule);
   }
-  if (auto ec = llvm::sys::fs::rename(tmpPath, path)) {
-    error = "cannot rename " + tmpPath + " to " + path + ": " + ec.message();
-    llvm::sys::fs::remove(tmpPath);
-    return false;
-  }
-  return true;
+  return runtime::commitOutput(tmpPath, output, error);
 }
 
 } // namespace ddpc

@@ -6,6 +6,8 @@
 
 #include "ddpc/Target/CUDA/FatBinary.h"
 
+#include "ddpc/Target/CUDA/Archs.h"
+
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -27,20 +29,24 @@ using namespace mlir;
 namespace ddpc {
 
 std::string findCUDAToolkit(const std::string &hint, std::string &error) {
-  std::vector<std::string> candidates;
+  // The first of --cuda-path, $CUDA_HOME, $CUDA_PATH that is set decides
+  // (as for nvcc and PyTorch's extensions): a wrong one is an error, not a
+  // silent fallback to another toolkit.
+  std::vector<std::pair<std::string, std::string>> candidates;
   if (!hint.empty())
-    candidates.push_back(hint);
+    candidates.push_back({hint, "--cuda-path"});
   for (const char *env : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char *v = std::getenv(env))
-      candidates.push_back(v);
-  candidates.push_back("/usr/local/cuda");
-  for (const std::string &root : candidates) {
+    if (const char *v = std::getenv(env); v && *v)
+      candidates.push_back({v, std::string("$") + env});
+  candidates.push_back({"/usr/local/cuda", ""});
+  for (const auto &[root, from] : candidates) {
     SmallString<256> ptxas(root);
     llvm::sys::path::append(ptxas, "bin", "ptxas");
     if (llvm::sys::fs::can_execute(ptxas))
       return root;
-    if (!hint.empty() && root == hint) {
-      error = "no CUDA toolkit at '" + hint + "' (missing bin/ptxas)";
+    if (!from.empty()) {
+      error = "no CUDA toolkit at '" + root + "' (from " + from +
+              "; missing bin/ptxas)";
       return "";
     }
   }
@@ -75,7 +81,7 @@ bool knownByLLVM(const std::string &chip) {
 
 bool parseCUDAArchs(const std::string &list, std::vector<std::string> &archs,
                     std::string &error) {
-  static const std::regex valid("sm_[0-9]{2,3}a?");
+  static const std::regex valid("sm_[0-9]{2,3}[af]?");
   archs.clear();
   SmallVector<StringRef> parts;
   StringRef(list).split(parts, ',', -1, /*KeepEmpty=*/true);
@@ -97,10 +103,18 @@ bool parseCUDAArchs(const std::string &list, std::vector<std::string> &archs,
               ": the CUDA 13 toolkit supports sm_75 and newer";
       return false;
     }
-    if (!knownByLLVM(arch)) {
+    if (arch.rfind("sm_101", 0) == 0) {
+      error = "--cuda-arch " + arch + ": CUDA 13 renamed sm_101 to sm_110";
+      return false;
+    }
+    if (!findCUDAArch(arch) || !knownByLLVM(arch)) {
+      std::string names;
+      for (const CUDAArch &a : kCUDAArchs)
+        names += std::string(names.empty() ? "" : ", ") + a.name;
       error = "--cuda-arch " + arch +
-              ": not a GPU architecture LLVM's NVPTX backend knows (e.g. "
-              "sm_75, sm_80, sm_86, sm_89, sm_90, sm_100, sm_120)";
+              ": not an architecture both LLVM's NVPTX backend and the "
+              "CUDA 13 ptxas support (" +
+              names + ")";
       return false;
     }
     if (std::find(archs.begin(), archs.end(), arch) == archs.end())

@@ -21,6 +21,11 @@ struct CPUTargetOptions {
   unsigned optLevel = 3;
 };
 
+/// Checks `options` before compiling: `cpu` is native, generic or a CPU
+/// LLVM's host target knows, `optLevel` is 0-3. Returns false and sets
+/// `error` (naming the option) otherwise.
+bool checkCPUTargetOptions(const CPUTargetOptions &options, std::string &error);
+
 /// Registers the LLVM IR translations of the dialects the pipeline emits.
 void registerCPUTranslations(mlir::DialectRegistry &registry);
 

@@ -20,13 +20,13 @@
 
 namespace ddpc {
 
-/// The CUDA toolkit folder: `hint` if not empty, else $CUDA_HOME, $CUDA_PATH,
-/// /usr/local/cuda. Fails (returns "", sets `error`) when <root>/bin/ptxas
-/// is missing.
+/// The CUDA toolkit folder: `hint` if not empty, else $CUDA_HOME, else
+/// $CUDA_PATH, else /usr/local/cuda. Fails (returns "", sets `error` naming
+/// the folder and where it came from) when <root>/bin/ptxas is missing.
 std::string findCUDAToolkit(const std::string &hint, std::string &error);
 
 /// Parses "sm_80,sm_90" into {"sm_80", "sm_90"}; fails on anything that is
-/// not sm_<digits>[a] (error names the bad entry).
+/// not one of kCUDAArchs (Archs.h; error names the bad entry).
 bool parseCUDAArchs(const std::string &list, std::vector<std::string> &archs,
                     std::string &error);
 
