@@ -21,6 +21,13 @@ subprocesses with timeouts, so one failure cannot hide the others):
      (CUDA) step 1 again with DDPC_NCCL_SELF_TEST=1: the gradient buckets
      go through a 1-rank NCCL communicator, the only NCCL path a one-GPU,
      MPI-less machine can run; loss and weights must match step 3's;
+     (models with an inference program) the inference program on the
+     first batch against the CPU target's outputs, three ways: with the
+     fused library epilogues (Conv+bias+ReLU as one cuDNN call, Gemm+bias+
+     ReLU as one cuBLASLt call), with DDPC_CONV_EPILOGUE=0
+     DDPC_GEMM_EPILOGUE=0 (library call, then the generated kernel), and
+     with DDPC_CUDNN=0 as well (im2col + cuBLAS); max |error| <=
+     INFER_RTOL * max |reference|; runtime notes (a declined call) kept;
   4. ddpc, the N fixed steps (--no-shuffle, the CPU reference's flags):
      per-step losses (--log-json) and final weights (--checkpoint) against
      the CPU reference, within the tolerance plus the float32-chaos
@@ -126,6 +133,17 @@ TIMING = {
 #: Per-run timeouts in seconds: each short ddpc run (0 or 1 step), the
 #: N-step check run, the PyTorch subprocess (float32 + timed + float64).
 #: No new work starts after `budget` seconds (DDPC_GPU_CHECK_BUDGET_S).
+#: Inference outputs (logits) may differ from the CPU target's by the
+#: summation order of cuDNN's/cuBLAS's algorithms: max |error| must stay
+#: below this fraction of max |reference|.
+INFER_RTOL = 1e-4
+#: The inference variants: name, environment.
+INFER_VARIANTS = [
+    ("fused", {}),
+    ("unfused", {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}),
+    ("no_cudnn", {"DDPC_CUDNN": "0", "DDPC_GEMM_EPILOGUE": "0"}),
+]
+
 TIMEOUTS = {
     "cuda": dict(short=120, check=200, torch=200, budget=420),
     "cpu": dict(short=120, check=400, torch=600, budget=1800),
@@ -811,11 +829,63 @@ class ModelCheck:
                     f"WARNING: ddpc's step-1 gradient differs from PyTorch float64's: {at} off by {worst:.3g} relative "
                     f"(not a GPU-vs-CPU failure; the CPU program shares it if the step-1 check passed)")
 
+    def inference(self) -> None:
+        """Step 3b: the inference program against the CPU target's outputs
+        on the first batch, with and without the fused library epilogues."""
+        inf = self.entry.get("inference")
+        if not inf:
+            return
+        e = self.entry
+        prog = (self.mdir / inf["program_cuda"]) if self.mode == "cuda" else (
+            self.ctx["cpu_dir"] / e["dir"] / inf["program_cpu"])
+        label = f"{self.name} inference ({'CUDA' if self.mode == 'cuda' else 'CPU'} program)"
+        if not prog.exists():
+            self.fail(f"{label}: {prog} not found")
+            return
+        try:
+            prog = runnable_program(prog, self.work)
+            xi = self.work / "x_infer.npy"
+            np.save(xi, np.load(self.xpath)[: inf["batch"]])
+            ref = np.load(self.mdir / inf["ref"])
+        except Exception as ex:  # noqa: BLE001
+            self.fail(f"{label}: cannot prepare: {ex}")
+            return
+        scale = float(np.max(np.abs(ref))) or 1.0
+        out = {}
+        for name, env_extra in INFER_VARIANTS:
+            od = self.work / f"infer_{name}"
+            t = min(TIMEOUTS[self.mode]["short"], max(self.ctx["budget"].left(), 5.0))
+            r = run_cmd([prog, "--input", f"{inf['input']}={xi}", "--output-dir", od], t,
+                        cwd=self.work, env=dict(self.env, **env_extra))
+            (self.work / f"infer_{name}.stderr.txt").write_text(r["err"])
+            row = {"env": env_extra, "rc": r["rc"], "wall_s": round(r["wall_s"], 3),
+                   "notes": [l for l in r["err"].splitlines() if l.startswith("ddpc: note:")]}
+            out[name] = row
+            if r["rc"] != 0:
+                self.fail(why_failed(r, f"{label}, {name}"))
+                continue
+            try:
+                got = np.load(od / f"{inf['output']}.npy")
+            except Exception as ex:  # noqa: BLE001
+                self.fail(f"{label}, {name}: no output {inf['output']}.npy: {ex}")
+                continue
+            err = float(np.max(np.abs(got.astype(np.float64) - ref))) if got.shape == ref.shape else float("inf")
+            row["max_abs_err"], row["rel_to_max_ref"] = err, err / scale
+            ok = err <= INFER_RTOL * scale
+            row["pass"] = ok
+            self.log(f"inference, {name}: max |error| {err:.3g} ({err / scale:.2g} of max |ref|)"
+                     + ("" if ok else " FAIL") + (f"; {len(row['notes'])} runtime note(s)" if row["notes"] else ""))
+            if not ok:
+                self.fail(f"{label}, {name}: outputs differ from the CPU target's by {err:.3g} "
+                          f"(limit {INFER_RTOL:g} x {scale:.3g})")
+        self.res["inference_check"] = out
+
     def run(self) -> dict:
         if not self.prepare():
             return self.res
         if self.initial_weights():
             self.step_one()
+            self.inference()
             self.nccl_self_test()
             self.profile()
             self.trajectory()

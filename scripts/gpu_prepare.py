@@ -47,6 +47,9 @@ BATCH = 32
 STEPS = 20
 OPTIMIZER = {"name": "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
 CUDA_ARCH = "sm_80,sm_90"
+#: Models that also ship an inference program (fused cuDNN/cuBLASLt
+#: epilogues on the GPU); the ResNet's would not fit the bundle.
+INFERENCE_MODELS = {"fmnist_cnn"}
 # The reference ships tensors up to gpu_check.FULL_MAX elements whole and
 # larger ones as gpu_check.SAMPLE fixed random elements (plus whole-tensor
 # norms): the ResNet's 11.2M final weights would not fit the 60 MiB bundle
@@ -148,11 +151,11 @@ def file_sha(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def compile_program(ddpc, model, target, out, force, ddpc_sha) -> pathlib.Path:
-    cmd = [
-        ddpc, "compile", model, "--train", "--optimizer", OPTIMIZER["name"], "--lr", OPTIMIZER["lr"],
-        "--batch-size", BATCH, "--target", target,
-    ]
+def compile_program(ddpc, model, target, out, force, ddpc_sha, train=True) -> pathlib.Path:
+    cmd = [ddpc, "compile", model]
+    if train:
+        cmd += ["--train", "--optimizer", OPTIMIZER["name"], "--lr", OPTIMIZER["lr"]]
+    cmd += ["--batch-size", BATCH, "--target", target]
     if target == "cuda":
         cmd += ["--cuda-arch", CUDA_ARCH]
     cmd += ["-o", out]
@@ -293,7 +296,8 @@ convolutions run as im2col + cuBLAS) (system CUDA folders or PyTorch's
 site-packages/nvidia/*/lib; gpu-check.sh finds them), python3 with numpy,
 and PyTorch with CUDA for the comparison. No onnx, MPI or compiler.
 Diagnosis: DDPC_CUDA_SYNC_CHECK=1 names a failing kernel or library call;
-DDPC_CUDNN=0 / DDPC_GEMM_EPILOGUE=0 switch cuDNN / cuBLASLt epilogues off.
+DDPC_CUDNN=0 / DDPC_GEMM_EPILOGUE=0 / DDPC_CONV_EPILOGUE=0 switch cuDNN /
+cuBLASLt epilogues / fused cuDNN convolution epilogues off.
 PYTHON=/path/to/python3 selects the interpreter. Takes ~1-3 min on an H200
 (hard budget 7 min: DDPC_GPU_CHECK_BUDGET_S).
 
@@ -318,6 +322,10 @@ Contents
   gpu_check.py            the check (numpy; torch for the comparison)
   torch_ref.py            copy of bench/torch_ref.py (ONNX graph -> torch.nn.functional)
   <model>/train_cuda      ddpc CUDA training program (sm_80 + sm_90 kernels)
+  <model>/infer_cuda      (fmnist_cnn) ddpc CUDA inference program: fused
+                          Conv+bias+ReLU (cuDNN) and Gemm+bias+ReLU
+                          (cuBLASLt) calls, each with its fallback
+  <model>/infer_ref.npy   its CPU target's outputs on the first batch
   <model>/x_u8.npy        inputs as uint8; float32 = recipe in manifest.json
                           (exact IEEE float32 ops, verified by SHA-256)
   <model>/y.npy           int64 labels
@@ -452,6 +460,22 @@ def main() -> int:
                 "cpu_samples_per_s_median": ref["cpu_samples_per_s_median"],
             },
         }
+        if name in INFERENCE_MODELS:
+            io = (model.graph.input[0].name, model.graph.output[0].name)
+            infer_cpu = compile_program(ddpc, model_path, "cpu", mwork / "infer_cpu", args.force,
+                                        tool_sha.hexdigest(), train=False)
+            infer_cuda = compile_program(ddpc, model_path, "cuda", mwork / "infer_cuda", args.force,
+                                         tool_sha.hexdigest(), train=False)
+            xi = mwork / "x_infer.npy"
+            np.save(xi, x[:BATCH])
+            sh([infer_cpu, "--input", f"{io[0]}={xi}", "--output-dir", mwork / "infer_out"])
+            shutil.copy2(mwork / "infer_out" / f"{io[1]}.npy", bdir / "infer_ref.npy")
+            shutil.copy2(infer_cuda, bdir / "infer_cuda")
+            shutil.copy2(infer_cpu, cpu_out / name / "infer_cpu")
+            entry["inference"] = {"program_cuda": "infer_cuda", "program_cpu": "infer_cpu",
+                                  "input": io[0], "output": io[1], "batch": BATCH,
+                                  "ref": "infer_ref.npy"}
+            log(f"inference program and CPU outputs for {name} (batch {BATCH})")
         manifest["models"].append(entry)
         model_lines.append(
             f"  {name:<12} input {list(u8.shape[1:])}, {g['params'] / 1e6:.2f}M params, data: {data_desc}; "
