@@ -13,8 +13,10 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 
@@ -61,6 +63,12 @@ bool writeFileAtomic(const std::string &path, StringRef text,
   if (path == "-") {
     llvm::outs() << text;
     llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      error =
+          "cannot write to standard output: " + llvm::outs().error().message();
+      llvm::outs().clear_error(); // Reported here, not as a fatal IO error.
+      return false;
+    }
     return true;
   }
   runtime::OutputTarget target = runtime::resolveOutput(path);
@@ -69,13 +77,14 @@ bool writeFileAtomic(const std::string &path, StringRef text,
     std::error_code ec;
     llvm::raw_fd_ostream os(tmp, ec, llvm::sys::fs::OF_None);
     if (ec) {
-      error = "cannot write '" + tmp + "': " + ec.message();
+      error = "cannot write '" + path + "': " + ec.message() +
+              " (creating the temporary '" + tmp + "')";
       return false;
     }
     os << text;
     os.close();
     if (os.has_error()) {
-      error = "cannot write '" + tmp + "': " + os.error().message();
+      error = "cannot write '" + path + "': " + os.error().message();
       os.clear_error();
       llvm::sys::fs::remove(tmp);
       return false;
@@ -685,6 +694,18 @@ int compile(const CompileOptions &options, std::string &error,
               options.outputPath + "/prog)";
       return kCompileError;
     }
+    // The temporary goes beside the output (or its symlink's target).
+    runtime::OutputTarget target = runtime::resolveOutput(options.outputPath);
+    SmallString<256> tmpDir(target.temporary());
+    llvm::sys::path::remove_filename(tmpDir);
+    if (tmpDir.empty())
+      tmpDir = ".";
+    if (::access(tmpDir.c_str(), W_OK) != 0) {
+      error = "cannot write '" + options.outputPath + "': folder '" +
+              std::string(tmpDir) + "' is not writable (" +
+              std::strerror(errno) + ")";
+      return kCompileError;
+    }
   }
   std::string bytes = modelBytes;
   ImportOptions importOptions = options.import;
@@ -730,14 +751,34 @@ int compile(const CompileOptions &options, std::string &error,
             got;
     return kCompileError;
   }
-  if (options.train.enabled &&
-      !(std::isfinite(options.train.lr) && options.train.lr >= 0)) {
-    char got[32];
-    std::snprintf(got, sizeof(got), "%g", options.train.lr);
-    error = std::string("the learning rate (--lr, TrainConfig.lr) must be a "
-                        "finite number >= 0, got ") +
-            got;
-    return kCompileError;
+  if (options.train.enabled) {
+    // PyTorch's optimizer checks, plus finiteness; values become float32.
+    const TrainOptions &o = options.train;
+    auto bad = [&](const char *cli, const char *py, double v,
+                   const char *want) {
+      char got[32];
+      std::snprintf(got, sizeof(got), "%g", v);
+      error = std::string(cli) + " (TrainConfig." + py + ") must be " + want +
+              ", got " + got;
+      return kCompileError;
+    };
+    auto finite32 = [](double v) {
+      return std::isfinite(v) && std::fabs(v) <= FLT_MAX;
+    };
+    if (!(finite32(o.lr) && o.lr >= 0))
+      return bad("--lr", "lr", o.lr, "a finite float32 >= 0");
+    if (!(finite32(o.momentum) && o.momentum >= 0))
+      return bad("--momentum", "momentum", o.momentum, "a finite number >= 0");
+    if (!finite32(o.dampening))
+      return bad("--dampening", "dampening", o.dampening, "a finite number");
+    if (!(finite32(o.weightDecay) && o.weightDecay >= 0))
+      return bad("--weight-decay", "weight_decay", o.weightDecay,
+                 "a finite number >= 0");
+    if (!(finite32(o.eps) && o.eps >= 0))
+      return bad("--eps", "eps", o.eps, "a finite number >= 0");
+    for (double beta : {o.beta1, o.beta2})
+      if (!(beta >= 0 && beta < 1))
+        return bad("--betas", "betas", beta, "in [0, 1)");
   }
   std::string cudaRoot;
   if (cuda) {

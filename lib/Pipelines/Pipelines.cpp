@@ -46,7 +46,7 @@ void buildBufferizationPipeline(OpPassManager &pm,
                   "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
                   "one-shot-bufferize{bufferize-function-boundaries "
                   "function-boundary-type-conversion=identity-layout-map},"
-                  "func.func(canonicalize),"
+                  "func.func(canonicalize,ddpc-distinct-result-buffers),"
                   "buffer-results-to-out-params{hoist-static-allocs "
                   "modify-public-functions},"
                   "buffer-deallocation-pipeline,canonicalize");

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -342,6 +343,8 @@ int run(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // A reader that closes a pipe we write to is a write error, not death.
+  std::signal(SIGPIPE, SIG_IGN);
   // No exception may escape into the C world of the compiled model.
   try {
     return run(argc, argv);

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -274,8 +275,12 @@ Options parseOptions(int argc, char **argv) {
       dir = slash == 0 ? "/" : path->substr(0, slash);
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      fatalError(std::string(flag) + " " + *path + ": folder '" + dir +
-                 "' does not exist");
+      fatalError(std::string(flag) + " " + *path + ": '" + dir +
+                 (::stat(dir.c_str(), &st) == 0 ? "' is not a folder"
+                                                : "' does not exist"));
+    if (::stat(path->c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      fatalError(std::string(flag) + " " + *path +
+                 " is a folder; give a file name");
   }
   return o;
 }
@@ -1029,6 +1034,8 @@ int run(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // A reader that closes a pipe we write to is a write error, not death.
+  std::signal(SIGPIPE, SIG_IGN);
   collectivesInit(&argc, &argv);
   int rc = 1;
   try {

@@ -37,6 +37,8 @@ class CompileError(Exception):
 
 _LOSSES = ("cross-entropy", "mse", "output")
 _OPTIMIZERS = ("sgd", "adamw")
+#: Largest float32: hyper-parameters are float32 in the compiled program.
+_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclasses.dataclass
@@ -94,15 +96,33 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.optimizer must be one of {_OPTIMIZERS}, got {self.optimizer!r}"
             )
-        if not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
-        if self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
+        def finite(v: object) -> bool:
+            return (
+                isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and abs(v) <= _FLT_MAX
+            )
+
+        if not (finite(self.lr) and self.lr >= 0):
             raise ValueError(
-                "TrainConfig: momentum and weight_decay must be >= 0, eps > 0"
+                f"TrainConfig.lr must be a finite float32 >= 0, got {self.lr!r}"
+            )
+        for field in ("momentum", "weight_decay", "eps"):
+            v = getattr(self, field)
+            if not (finite(v) and v >= 0):
+                raise ValueError(
+                    f"TrainConfig.{field} must be a finite number >= 0, got {v!r}"
+                )
+        if not finite(self.dampening):
+            raise ValueError(
+                f"TrainConfig.dampening must be a finite number, got {self.dampening!r}"
             )
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError("TrainConfig.nesterov needs momentum > 0 and dampening 0")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+        if len(self.betas) != 2 or not all(
+            finite(b) and 0 <= b < 1 for b in self.betas
+        ):
             raise ValueError(
                 f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}"
             )

@@ -427,6 +427,13 @@ class Program:
                 "trained.onnx",
             ]
             extra = [str(a) for a in extra_args]
+            taken = [a for a in extra if a.split("=")[0] in ("--save", "--log-json")]
+            if taken:
+                raise ValueError(
+                    f"extra_args may not set {', '.join(sorted(set(taken)))}: train() "
+                    "writes the log and the trained model itself (TrainResult.log, "
+                    ".model); save result.model with onnx.save"
+                )
             if not any(a == "--no-shuffle" or a.startswith("--shuffle-seed")
                        for a in extra):
                 cmd += (["--shuffle-seed", str(int(shuffle_seed))] if shuffle

@@ -216,3 +216,111 @@ def test_graph_without_outputs(ddpc, tmp_path):
     model = relu_model(tmp_path / "m.onnx", outputs=False)
     proc = compile_model(ddpc, model, tmp_path / "prog")
     assert_clean_failure(proc, tmp_path / "prog", 1, "the graph has no outputs")
+
+
+def test_executable_through_dangling_symlink_runs(ddpc, tmp_path):
+    """-o onto a dangling symlink creates its target with the program's
+    permissions (it was created 0644 and could not run)."""
+    model = relu_model(tmp_path / "m.onnx")
+    (tmp_path / "b").mkdir()
+    os.symlink(tmp_path / "b" / "prog", tmp_path / "link")
+    proc = compile_model(ddpc, model, tmp_path / "link")
+    assert proc.returncode == 0, proc.stderr
+    assert os.access(tmp_path / "b" / "prog", os.X_OK)
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    run = subprocess.run([str(tmp_path / "link"), "--input", f"x={tmp_path / 'x.npy'}",
+                          "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_fifo_reader_that_stops_early(ddpc, tmp_path):
+    """A reader that closes the pipe early is a write error (exit 1, named),
+    not death by SIGPIPE, and leaves no temporary behind."""
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def read_a_little():
+        with open(fifo, "rb") as f:
+            f.read(10)
+
+    reader = threading.Thread(target=read_a_little, daemon=True)
+    reader.start()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    # A 256x256 weight: about 0.5 MB of IR, far more than a pipe buffers.
+    w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])],
+                          [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "big.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "big.onnx"), "-o", str(fifo), "--emit=mlir"],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TMPDIR=str(tmpdir)))
+    reader.join(timeout=60)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "Broken pipe" in proc.stderr and "pipe" in proc.stderr
+    assert not list(tmpdir.iterdir())
+
+
+def test_one_tensor_as_several_outputs(ddpc, tmp_path):
+    """Relu -> r, Identity(r) -> r2, Identity(r) -> r3: one tensor under
+    three output names (compiling crashed in buffer-results-to-out-params)."""
+    import onnxruntime as ort
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                           helper.make_node("Identity", ["r"], ["r2"]),
+                           helper.make_node("Identity", ["r"], ["r3"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+                           for n in ("r", "r2", "r3")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    for target in ("cpu", "cuda-emulate"):
+        proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target)
+        assert proc.returncode == 0, proc.stderr
+        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
+                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        for name, ref in zip(("r", "r2", "r3"), want):
+            np.testing.assert_array_equal(np.load(tmp_path / target / f"{name}.npy"), ref)
+
+
+def test_clip_without_bounds_maps_infinities_to_the_largest_float(ddpc, tmp_path):
+    """ONNX Clip-11+: a missing min/max is the type's lowest/largest value,
+    so +-inf become +-FLT_MAX (onnxruntime oracle); they stayed infinite."""
+    import onnxruntime as ort
+    g = helper.make_graph([helper.make_node("Clip", ["x", "lo"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [numpy_helper.from_array(np.array(-1e38, np.float32), "lo")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+    x = np.array([np.inf, -np.inf, np.nan, 3.0], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    assert want[0] == np.finfo(np.float32).max
+    for target in ("cpu", "cuda-emulate"):
+        assert compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target).returncode == 0
+        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
+                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / target / "y.npy"), want)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--lr", "1e39"], "--lr (TrainConfig.lr) must be a finite float32 >= 0"),
+    (["--momentum", "-1"], "--momentum (TrainConfig.momentum) must be a finite number >= 0"),
+    (["--weight-decay", "nan"], "--weight-decay (TrainConfig.weight_decay)"),
+    (["--dampening", "inf"], "--dampening (TrainConfig.dampening) must be a finite number"),
+    (["--optimizer", "adamw", "--betas", "1.5,0.9"], "--betas (TrainConfig.betas) must be in [0, 1)"),
+    (["--optimizer", "adamw", "--eps", "nan"], "--eps (TrainConfig.eps)"),
+])
+def test_bad_optimizer_settings_are_named(ddpc, tmp_path, args, needle):
+    model = relu_model(tmp_path / "m.onnx", dims=("N", 3))
+    proc = compile_model(ddpc, model, tmp_path / "prog", "--train", "--loss", "mse",
+                         "--batch-size", "2", *args)
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)

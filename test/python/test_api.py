@@ -249,6 +249,11 @@ def test_train_config_validates() -> None:
         ddpc.TrainConfig(optimizer="lbfgs")
     with pytest.raises(ValueError, match="contradicts"):
         ddpc.compile(LENET, batch_size=4, train=ddpc.TrainConfig(batch_size=8))
+    for field, bad in (("lr", 1e39), ("lr", float("inf")), ("lr", -1.0), ("momentum", -1.0),
+                       ("weight_decay", float("nan")), ("eps", float("nan")),
+                       ("dampening", float("inf")), ("betas", (0.9, 1.5))):
+        with pytest.raises(ValueError, match=field):
+            ddpc.TrainConfig(**{field: bad})
     for cap in (0, -1.0, float("nan"), float("inf"), "5", None, True):
         with pytest.raises(ValueError, match="bucket_cap_mb"):
             ddpc.TrainConfig(bucket_cap_mb=cap)
@@ -326,6 +331,9 @@ def test_train_without_shuffling() -> None:
     config = ddpc.TrainConfig(loss="cross-entropy", optimizer="sgd", lr=0.1, batch_size=16)
     prog = ddpc.compile(model, train=config)
     want = cross_entropy(model, x[:16], y[:16])
+    for extra in (["--save", "x.onnx"], ["--log-json=l.jsonl"]):
+        with pytest.raises(ValueError, match="extra_args may not set"):
+            prog.train(x, y, epochs=1, extra_args=extra)
     for kwargs in ({"shuffle": False}, {"extra_args": ["--no-shuffle"]}):
         result = prog.train(x, y, epochs=1, **kwargs)
         first = next(entry["loss"] for entry in result.log if "loss" in entry)

@@ -217,6 +217,8 @@ def test_bad_inputs_fail_fast(tmp_path, ranks):
         (["--data", xp, "--labels", tmp_path / "short.npy"], "short.npy"),
         (["--data", xp, "--labels", xp], "x0.npy"),
         (["--data", xp, "--labels", yp, "--lr", "-1"], "--lr must be a finite number >= 0"),
+        (["--data", xp, "--labels", yp, "--save", tmp_path], "is a folder; give a file name"),
+        (["--data", xp, "--labels", yp, "--save", xp / "m.onnx"], "' is not a folder"),
     ]
     for args, needle in cases:
         start = time.time()

@@ -17,6 +17,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <csignal>
 #include <memory>
 
 using namespace llvm;
@@ -306,6 +307,9 @@ static void printVersion(raw_ostream &os) {
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
+  // A reader that closes a pipe given as -o is a write error ("Broken
+  // pipe", temporaries removed), not death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   cl::SetVersionPrinter(printVersion);
   cl::HideUnrelatedOptions({&category, &trainCategory});
   cl::ParseCommandLineOptions(

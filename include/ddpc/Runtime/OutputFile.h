@@ -86,6 +86,8 @@ inline bool commitOutput(const std::string &tmp, const OutputTarget &t,
     std::remove(tmp.c_str());
     return false;
   }
+  struct stat tmpStat;
+  bool haveMode = ::stat(tmp.c_str(), &tmpStat) == 0;
   FILE *in = std::fopen(tmp.c_str(), "rb");
   FILE *out = in ? std::fopen(t.path.c_str(), "wb") : nullptr;
   bool ok = in && out;
@@ -107,6 +109,12 @@ inline bool commitOutput(const std::string &tmp, const OutputTarget &t,
     savedErrno = errno;
   }
   std::remove(tmp.c_str());
+  // A regular file it created (through a dangling symlink) gets the
+  // temporary's permissions: an executable stays executable.
+  struct stat outStat;
+  if (ok && haveMode && ::stat(t.path.c_str(), &outStat) == 0 &&
+      S_ISREG(outStat.st_mode))
+    ::chmod(t.path.c_str(), tmpStat.st_mode & 07777);
   if (!ok)
     err = "cannot write '" + t.path + "': " + std::strerror(savedErrno);
   return ok;

@@ -10,7 +10,8 @@
 //   ddpc-fuse-ops            operator fusion into kernel-sized groups
 //   ddpc-clone-shared-fills  one linalg.fill per destination use
 //
-// Target-independent (memref level, last pass of bufferization):
+// Target-independent (memref level, bufferization):
+//   ddpc-distinct-result-buffers    one allocation per returned buffer
 //   ddpc-bucket-gradient-allreduce  gradient allreduce in buckets that
 //                                   start during backward
 //

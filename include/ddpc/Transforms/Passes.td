@@ -72,6 +72,24 @@ def CloneSharedFillsPass : Pass<"ddpc-clone-shared-fills", "mlir::func::FuncOp">
 // Target-independent, memref level (last pass of bufferization)
 //===----------------------------------------------------------------------===//
 
+def DistinctResultBuffersPass : Pass<"ddpc-distinct-result-buffers", "mlir::func::FuncOp"> {
+  let summary = "Give every returned buffer its own allocation (one tensor as several graph outputs)";
+  let description = [{
+    `ddpc-distinct-result-buffers` (func.func, bufferized IR; right before
+    upstream buffer-results-to-out-params). A graph that lists one tensor
+    under several output names (Identity of an output, or the same name
+    twice) returns one buffer several times,
+      return %b, %b : memref<2x3xf32>, memref<2x3xf32>
+    which buffer-results-to-out-params does not handle (it crashed). Every
+    repeated statically shaped result gets a new allocation and a
+    memref.copy of the first; the out-params pass then writes each output
+    argument.
+  }];
+  let dependentDialects = [
+    "mlir::memref::MemRefDialect"
+  ];
+}
+
 def BucketGradientAllReducePass : Pass<"ddpc-bucket-gradient-allreduce", "mlir::ModuleOp"> {
   let summary = "Sum gradient outputs over ranks in buckets that start during backward, as soon as their gradients are final";
   let description = [{

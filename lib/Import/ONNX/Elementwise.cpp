@@ -212,6 +212,20 @@ LogicalResult importClip(NodeContext &ctx) {
       maxIdx = ins.size();
       ins.push_back(ctx.input(2));
     }
+    // A missing bound is the type's lowest/largest finite value (ONNX
+    // Clip-11+), so a float Clip maps -inf/+inf to them (as onnxruntime).
+    if (auto f = dyn_cast<FloatType>(elem)) {
+      const llvm::fltSemantics &sem = f.getFloatSemantics();
+      if (minIdx < 0) {
+        minA =
+            FloatAttr::get(elem, APFloat::getLargest(sem, /*Negative=*/true));
+        hasMin = true;
+      }
+      if (maxIdx < 0) {
+        maxA = FloatAttr::get(elem, APFloat::getLargest(sem));
+        hasMax = true;
+      }
+    }
   }
   ScalarFn fn = [=](OpBuilder &b, Location l, ValueRange a, int32_t dtype,
                     NodeContext &) -> Value {
