@@ -163,7 +163,7 @@ def test_output_through_symlink_keeps_the_link(ddpc, tmp_path):
     (["-O7"], "-O7: the optimization level is 0, 1, 2 or 3"),
     (["--dim", "N=3", "--dim", "N=4"], "--dim N is given twice"),
     (["--dim", "N=3", "--batch-size", "2"], "--batch-size 2 conflicts with --dim N=3"),
-    (["--train", "--lr", "-1", "--batch-size", "2"], "must be a finite number >= 0, got -1"),
+    (["--train", "--lr", "-1", "--batch-size", "2"], "--lr (TrainConfig.lr) must be a finite float32 >= 0, got -1"),
     (["--dump-ir", ""], "--dump-ir needs a folder name"),
 ])
 def test_bad_options_are_named(ddpc, tmp_path, args, needle):
