@@ -86,13 +86,8 @@ struct ConvEpiloguesPass : impl::ConvEpiloguesPassBase<ConvEpiloguesPass> {
 
     // The next op that touches memory: D[n,k,p,q] = act(y[n,k,p,q] +
     // bias[k]), elementwise over y's shape.
-    Operation *next = fallback->getNextNode();
-    while (next && isMemoryEffectFree(next))
-      next = next->getNextNode();
-    auto g = dyn_cast_or_null<linalg::GenericOp>(next);
-    if (!g || !g.hasPureBufferSemantics() || g.getNumDpsInputs() != 2 ||
-        g.getNumDpsInits() != 1 || g.getNumLoops() != 4 ||
-        g.getNumParallelLoops() != 4)
+    linalg::GenericOp g = nextElementwiseKernel(fallback, 4);
+    if (!g)
       return failure();
     int64_t n = shape[0], k = shape[4], p = shape[7], q = shape[8];
     if (g.getStaticLoopRanges() != SmallVector<int64_t>{n, k, p, q})

@@ -9,19 +9,11 @@
 #include "LibraryCalls.h"
 #include "RuntimeCalls.h"
 
-#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
-#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/SCF/Utils/Utils.h"
-#include "mlir/IR/IRMapping.h"
-#include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
 
 using namespace mlir;
@@ -53,13 +45,8 @@ struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
     if (!c)
       return failure();
     // The next op that touches memory: D = act(C + bias), elementwise.
-    Operation *next = call->getNextNode();
-    while (next && isMemoryEffectFree(next))
-      next = next->getNextNode();
-    auto g = dyn_cast_or_null<linalg::GenericOp>(next);
-    if (!g || !g.hasPureBufferSemantics() || g.getNumDpsInputs() != 2 ||
-        g.getNumDpsInits() != 1 || g.getNumLoops() != 2 ||
-        g.getNumParallelLoops() != 2)
+    linalg::GenericOp g = nextElementwiseKernel(call, 2);
+    if (!g)
       return failure();
     SmallVector<AffineMap> maps = g.getIndexingMapsArray();
     MLIRContext *ctx = g.getContext();

@@ -231,6 +231,18 @@ std::optional<int64_t> constantArg(func::CallOp call, unsigned i) {
   return getConstantIntValue(call.getOperand(i));
 }
 
+linalg::GenericOp nextElementwiseKernel(Operation *op, unsigned rank) {
+  Operation *next = op->getNextNode();
+  while (next && isMemoryEffectFree(next))
+    next = next->getNextNode();
+  auto g = dyn_cast_or_null<linalg::GenericOp>(next);
+  if (!g || !g.hasPureBufferSemantics() || g.getNumDpsInputs() != 2 ||
+      g.getNumDpsInits() != 1 || g.getNumLoops() != rank ||
+      g.getNumParallelLoops() != rank)
+    return {};
+  return g;
+}
+
 std::optional<int32_t> matchBiasActivation(Block &body, Value c, Value bias) {
   auto add = dyn_cast<arith::AddFOp>(body.front());
   if (!add || !((add.getLhs() == c && add.getRhs() == bias) ||

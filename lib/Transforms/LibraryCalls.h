@@ -92,6 +92,12 @@ mlir::Value pointerSource(mlir::Value v);
 /// The value of call operand `i` when it is an integer constant.
 std::optional<int64_t> constantArg(mlir::func::CallOp call, unsigned i);
 
+/// The elementwise epilogue kernel candidate after `op`: the next op in its
+/// block that touches memory, when it is a buffer linalg.generic with two
+/// inputs, one output and `rank` loops, all parallel; null otherwise.
+mlir::linalg::GenericOp nextElementwiseKernel(mlir::Operation *op,
+                                              unsigned rank);
+
 /// The activation when `body` is `s = c + bias` (either order) followed by
 /// `yield s` (0) or by a ReLU of s (1): `maximumf(s, 0)` or the importer's
 /// NaN-propagating `select(s > 0, s, select(isnan(s), s, 0))`.
