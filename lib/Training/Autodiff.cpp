@@ -278,6 +278,46 @@ Value firstExtremumIndex(OpBuilder &b, Location loc, linalg::GenericOp op) {
   return first.getResult(0);
 }
 
+/// True when `op` is ONNX Relu as the importer builds it: one input read
+/// with the result's indexing map, all loops parallel, and the body
+/// `select(x > 0, x, select(isnan(x), x, 0))`. Its derivative, the mask
+/// `x > 0` (and NaN passing through), is the same when evaluated at the
+/// result y = relu(x): y > 0 iff x > 0, and y is NaN iff x is. So the VJP
+/// may read y instead of x, as PyTorch's threshold_backward does: y is
+/// kept for the next layer's VJP anyway, x (often a GEMM or convolution
+/// plus bias) then need not outlive the forward pass, and a library call
+/// may compute it in an epilogue (ddpc-gemm-epilogues,
+/// ddpc-conv-epilogues).
+bool isImportedRelu(linalg::GenericOp op) {
+  if (op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
+      op.getNumReductionLoops() != 0 ||
+      op.getMatchingIndexingMap(op.getDpsInputOperand(0)) !=
+          op.getIndexingMapsArray().back() ||
+      op.getDpsInputs()[0].getType() != op.getResult(0).getType())
+    return false;
+  Block &body = op.getRegion().front();
+  Value x = body.getArgument(0);
+  auto isZero = [](Value v) {
+    auto c = v.getDefiningOp<arith::ConstantOp>();
+    auto f = c ? dyn_cast<FloatAttr>(c.getValue()) : FloatAttr();
+    return f && f.getValue().isZero();
+  };
+  auto cmpOf = [&](Value v, arith::CmpFPredicate p, bool withZero) {
+    auto c = v.getDefiningOp<arith::CmpFOp>();
+    return c && c.getPredicate() == p && c.getLhs() == x &&
+           (withZero ? isZero(c.getRhs()) : c.getRhs() == x);
+  };
+  auto outer =
+      body.getTerminator()->getOperand(0).getDefiningOp<arith::SelectOp>();
+  if (!outer || !cmpOf(outer.getCondition(), arith::CmpFPredicate::OGT, true) ||
+      outer.getTrueValue() != x)
+    return false;
+  auto inner = outer.getFalseValue().getDefiningOp<arith::SelectOp>();
+  return inner &&
+         cmpOf(inner.getCondition(), arith::CmpFPredicate::UNO, false) &&
+         inner.getTrueValue() == x && isZero(inner.getFalseValue());
+}
+
 /// Cotangent of input `k` of a single-result generic.
 FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
                             unsigned k, Value dOut, std::string &error) {
@@ -318,6 +358,8 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
           utils::IteratorType::parallel;
 
   SmallVector<Value> ins = llvm::to_vector(op.getDpsInputs());
+  if (isImportedRelu(op))
+    ins[0] = op.getResult(0);
   SmallVector<AffineMap> maps;
   for (OpOperand *o : op.getDpsInputOperands())
     maps.push_back(op.getMatchingIndexingMap(o));

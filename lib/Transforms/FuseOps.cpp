@@ -47,8 +47,9 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
 
   using FuseOpsPassBase::FuseOpsPassBase;
 
-  /// Whether to fuse the producer of `operand` into its owner.
-  bool shouldFuse(OpOperand &operand) const {
+  /// Whether the producer of `operand` may be fused into its owner, looking
+  /// at that one use only.
+  static bool fusableUse(OpOperand &operand) {
     auto consumer = dyn_cast<linalg::GenericOp>(operand.getOwner());
     auto producer = operand.get().getDefiningOp<linalg::GenericOp>();
     if (!consumer || !producer || !allParallel(producer))
@@ -58,9 +59,31 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
     // One read per producer element: no duplicated work.
     if (!consumer.getMatchingIndexingMap(&operand).isPermutation())
       return false;
-    if (!operand.get().hasOneUse() && bodySize(producer) > maxRecomputeOps)
-      return false;
     return linalg::areElementwiseOpsFusable(&operand);
+  }
+
+  /// Whether to fuse the producer of `operand` into its owner. A producer
+  /// with several users is recomputed in them only when it is cheap and
+  /// every use of every result can take it, so that it disappears. When
+  /// one user cannot (a contraction, a graph output, a reshape), the result
+  /// is written anyway; recomputing it elsewhere would then read the same
+  /// bytes (its inputs instead of it) and keep its inputs alive longer, up
+  /// to the backward pass (Relu's VJP reads the Relu result so that the
+  /// pre-activation can die early; see Autodiff.cpp).
+  bool shouldFuse(OpOperand &operand) const {
+    if (!fusableUse(operand))
+      return false;
+    Operation *producer = operand.get().getDefiningOp();
+    bool oneUse = producer->hasOneUse();
+    if (oneUse)
+      return true;
+    if (bodySize(cast<linalg::GenericOp>(producer)) > maxRecomputeOps)
+      return false;
+    for (Value r : producer->getResults())
+      for (OpOperand &use : r.getUses())
+        if (!fusableUse(use))
+          return false;
+    return true;
   }
 
   void runOnOperation() override {
@@ -106,6 +129,13 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
         if (changed)
           break;
       }
+    }
+    // A fused op also yields the producer's results while the producer
+    // has other users; drop those results once nothing reads them.
+    {
+      RewritePatternSet patterns(func.getContext());
+      linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
+      (void)applyPatternsGreedily(func, std::move(patterns));
     }
     // Label the groups.
     int64_t id = 0;

@@ -32,8 +32,13 @@ def FuseOpsPass : Pass<"ddpc-fuse-ops", "mlir::func::FuncOp"> {
         for the operand is a permutation of all its loops), so fusion never
         multiplies work: contractions (MatMul/Gemm/Conv) keep their operands
         as separate kernels and stay recognizable for library calls;
-      * a producer with several users is recomputed only if its body has at
-        most `maxRecomputeOps` operations.
+      * a producer with several users is recomputed in them only if its
+        body has at most `maxRecomputeOps` operations and every use of every
+        result can take it, so that it is not written at all; when one user
+        cannot (a contraction, a graph output, a reshape), the others read
+        its result instead of recomputing it from inputs that would then
+        have to stay alive longer.
+    Finally erases results of fused ops that nothing reads.
     Every linalg op that remains is one kernel ("fusion group"); it gets
       ddpc.fusion_group = <i64 id>   (program order within the function)
       ddpc.fused_nodes = [names]     (the ONNX nodes it computes)
