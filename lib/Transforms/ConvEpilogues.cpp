@@ -31,19 +31,6 @@ namespace {
 constexpr unsigned kKindArg = 0, kFirstShapeArg = 1, kNumShapeArgs = 14,
                    kXArg = 15, kWArg = 16, kYArg = 17, kAccumulateArg = 18;
 
-/// Whether `map` (4 loops n, k, p, q) reads a bias along k: its results
-/// are d1 once and the constant 0 otherwise.
-bool alongChannels(AffineMap map) {
-  unsigned channels = 0;
-  for (AffineExpr e : map.getResults()) {
-    if (auto d = dyn_cast<AffineDimExpr>(e); d && d.getPosition() == 1)
-      ++channels;
-    else if (auto c = dyn_cast<AffineConstantExpr>(e); !c || c.getValue())
-      return false;
-  }
-  return channels == 1;
-}
-
 struct ConvEpiloguesPass : impl::ConvEpiloguesPassBase<ConvEpiloguesPass> {
 
   void runOnOperation() override {
@@ -102,8 +89,8 @@ struct ConvEpiloguesPass : impl::ConvEpiloguesPassBase<ConvEpiloguesPass> {
     AffineMap identity = AffineMap::getMultiDimIdentityMap(4, g.getContext());
     if (reshapeSource(yIn) != target || !denseF32(yIn) || !denseF32(bias) ||
         cast<MemRefType>(bias.getType()).getNumElements() != k ||
-        !denseF32(d) || maps[yi] != identity || maps[1 - yi] == identity ||
-        !alongChannels(maps[1 - yi]) || maps[2] != identity)
+        !denseF32(d) || maps[yi] != identity ||
+        !readsAlongLoop(maps[1 - yi], 1, {n, k, p, q}) || maps[2] != identity)
       return failure();
     Block &body = g.getRegion().front();
     if (!body.getArgument(2).use_empty())

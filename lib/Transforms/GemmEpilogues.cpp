@@ -51,14 +51,15 @@ struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
     SmallVector<AffineMap> maps = g.getIndexingMapsArray();
     MLIRContext *ctx = g.getContext();
     AffineMap identity = AffineMap::getMultiDimIdentityMap(2, ctx);
-    AffineMap alongN = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
     unsigned ci = g.getDpsInputOperand(0)->get() == c ? 0 : 1;
     Value bias = g.getDpsInputOperand(1 - ci)->get();
     Value d = g.getDpsInitOperand(0)->get();
-    auto biasType = dyn_cast<MemRefType>(bias.getType());
+    SmallVector<int64_t> ranges = g.getStaticLoopRanges();
     if (g.getDpsInputOperand(ci)->get() != c || maps[ci] != identity ||
-        maps[1 - ci] != alongN || maps[2] != identity || !denseF32(bias) ||
-        biasType.getRank() != 1 || !denseF32(d) || d.getType() != c.getType())
+        !readsAlongLoop(maps[1 - ci], 1, ranges) || maps[2] != identity ||
+        !denseF32(bias) ||
+        cast<MemRefType>(bias.getType()).getNumElements() != ranges[1] ||
+        !denseF32(d) || d.getType() != c.getType())
       return failure();
     Block &body = g.getRegion().front();
     if (!body.getArgument(2).use_empty())

@@ -243,6 +243,21 @@ linalg::GenericOp nextElementwiseKernel(Operation *op, unsigned rank) {
   return g;
 }
 
+bool readsAlongLoop(AffineMap map, unsigned dim, ArrayRef<int64_t> ranges) {
+  unsigned along = 0;
+  for (AffineExpr e : map.getResults()) {
+    if (auto d = dyn_cast<AffineDimExpr>(e)) {
+      if (d.getPosition() == dim)
+        ++along;
+      else if (d.getPosition() >= ranges.size() || ranges[d.getPosition()] != 1)
+        return false;
+    } else if (auto c = dyn_cast<AffineConstantExpr>(e); !c || c.getValue()) {
+      return false;
+    }
+  }
+  return along == 1;
+}
+
 std::optional<int32_t> matchBiasActivation(Block &body, Value c, Value bias) {
   auto add = dyn_cast<arith::AddFOp>(body.front());
   if (!add || !((add.getLhs() == c && add.getRhs() == bias) ||

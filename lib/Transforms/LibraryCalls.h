@@ -98,6 +98,14 @@ std::optional<int64_t> constantArg(mlir::func::CallOp call, unsigned i);
 mlir::linalg::GenericOp nextElementwiseKernel(mlir::Operation *op,
                                               unsigned rank);
 
+/// Whether `map`, over loops of extents `ranges`, reads a vector along loop
+/// `dim`: its results are `d<dim>` once, and otherwise the constant 0 or a
+/// loop of extent 1 (which only takes the index 0). So a bias [C] read as
+/// (n, c, h, w) -> (c), and a [1, C, 1, 1] one read as (0, c, 0, 0) or, at
+/// batch 1, as (n, c, 0, 0).
+bool readsAlongLoop(mlir::AffineMap map, unsigned dim,
+                    llvm::ArrayRef<int64_t> ranges);
+
 /// The activation when `body` is `s = c + bias` (either order) followed by
 /// `yield s` (0) or by a ReLU of s (1): `maximumf(s, 0)` or the importer's
 /// NaN-propagating `select(s > 0, s, select(isnan(s), s, 0))`.

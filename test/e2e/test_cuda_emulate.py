@@ -139,6 +139,55 @@ def test_library_epilogues_keep_outputs_the_caller_reads(ddpc, tmp_path, kind):
                                    rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+def _batch_one_bias_model(kind):
+    """Batch 1 with a bias broadcast from a leading unit dimension: Conv,
+    Add(b[1,C,1,1]), Relu ("conv"); MatMul, Add(b[1,N]), Relu ("matmul").
+    At batch 1 the bias is read as (n, c, 0, 0) and (m, n): along the
+    channel (column) loop, since n (m) only takes the index 0."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(8)
+    if kind == "conv":
+        x_shape, y_shape = [1, 3, 6, 6], [1, 4, 6, 6]
+        w, b = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal((1, 4, 1, 1))
+        first = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+    else:
+        x_shape, y_shape = [1, 8], [1, 5]
+        w, b = rng.standard_normal((8, 5)), rng.standard_normal((1, 5))
+        first = helper.make_node("MatMul", ["x", "w"], ["c"])
+    g = helper.make_graph(
+        [first, helper.make_node("Add", ["c", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+        kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(w.astype(np.float32), "w"),
+         numpy_helper.from_array(b.astype(np.float32), "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x_shape
+
+
+@pytest.mark.parametrize("env", [{}, {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}],
+                         ids=["fused", "declined"])
+@pytest.mark.parametrize("kind", ["conv", "matmul"])
+def test_batch_one_broadcast_bias_gets_the_epilogue(ddpc, tmp_path, monkeypatch, kind, env):
+    """A [1,C,1,1] (or [1,N]) bias at batch 1 is a per-channel bias: the
+    library epilogue applies (it used to be missed), and its result and the
+    declined path's match onnxruntime."""
+    import onnx
+    model, x_shape = _batch_one_bias_model(kind)
+    path = tmp_path / f"{kind}.onnx"
+    onnx.save(model, path)
+    rep = subprocess.run([ddpc, "compile", str(path), *EMULATE, "--report=json",
+                          "-o", str(tmp_path / "p")], capture_output=True, text=True, check=True)
+    (fn,) = json.loads(rep.stdout)["cuda"]["functions"]
+    key = "cudnn_epilogue_convolutions" if kind == "conv" else "cublaslt_epilogue_gemms"
+    assert fn[key] == 1, fn
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    x = np.random.default_rng(9).standard_normal(x_shape).astype(np.float32)
+    run_ddpc(ddpc, path, {"x": x}, tmp_path, *EMULATE)
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-5, atol=1e-5)
+
+
 def test_lowered_ir_uses_library_gemm_and_atomics(ddpc):
     """The training step of the CNN goes through both GPU-side rewrites, so
     the tests below exercise them."""
@@ -242,12 +291,27 @@ def test_mlp_training_matches_numpy(ddpc, tmp_path, opt):
     assert_close_weights(weights(tmp_path / "out.onnx"), want, rtol=2e-5)
 
 
-def test_cnn_training_matches_cpu_target(ddpc, tmp_path):
+@pytest.mark.parametrize("env", [{}, {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}],
+                         ids=["epilogues", "no-epilogues"])
+def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
     """10 AdamW steps of the Fashion-MNIST CNN (Conv backward through atomic
     scatter-adds, MaxPool backward, Gemm through the GEMM mapping): losses and
     weights match the CPU target, which shares no code below bufferization.
-    Summation order differs (atomics, GEMM), hence the 1e-4 tolerance."""
+    Summation order differs (atomics, GEMM), hence the 1e-4 tolerance.
+
+    The forward pass of training computes Conv/Gemm + bias + ReLU as one
+    library call (the ReLU VJP reads the ReLU output, so the pre-activation
+    is not kept for backward); with the epilogues declined at run time the
+    separate kernels run instead. Both must train alike."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     model = ROOT / "examples/fashion_mnist/fmnist_cnn.onnx"
+    report = json.loads(subprocess.run(
+        [str(ddpc), "compile", str(model), "--train", "--batch-size", "8", *EMULATE,
+         "--emit=obj", "-o", str(tmp_path / "r.o"), "--report=json"],
+        check=True, capture_output=True, text=True).stdout)
+    micro = next(f for f in report["cuda"]["functions"] if f["name"] == "train_micro")
+    assert micro["cudnn_epilogue_convolutions"] == 2 and micro["cublaslt_epilogue_gemms"] == 1, micro
     rng = np.random.default_rng(5)
     np.save(tmp_path / "x.npy", rng.random((80, 1, 28, 28), dtype=np.float32))
     np.save(tmp_path / "y.npy", rng.integers(0, 10, 80).astype(np.int64))
