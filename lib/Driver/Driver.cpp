@@ -8,6 +8,7 @@
 
 #include "ddpc/Driver/Driver.h"
 
+#include "ddpc/Runtime/DTypes.h"
 #include "ddpc/Runtime/OutputFile.h"
 #include "ddpc/Training/TrainingStep.h"
 
@@ -401,6 +402,13 @@ int64_t byteSize(Type t) {
   return st.getNumElements() * std::max(1u, bits / 8);
 }
 
+/// NumPy name of ONNX dtype number `dtype` ("float32"), as the programs'
+/// messages give it; "onnx_dtype_N" for one programs do not carry.
+std::string dtypeString(int32_t dtype) {
+  const DTypeInfo *info = lookupDType(dtype);
+  return info ? info->name : "onnx_dtype_" + std::to_string(dtype);
+}
+
 /// The plan as JSON (see CompileResult::reportJSON).
 std::string buildReport(ModuleOp module, StringRef modelName,
                         const std::vector<TensorSig> &ins,
@@ -414,8 +422,10 @@ std::string buildReport(ModuleOp module, StringRef modelName,
       llvm::json::Array shape;
       for (int64_t d : t.shape)
         shape.push_back(d);
-      a.push_back(llvm::json::Object{
-          {"name", t.name}, {"dtype", t.dtype}, {"shape", std::move(shape)}});
+      a.push_back(llvm::json::Object{{"name", t.name},
+                                     {"dtype", dtypeString(t.dtype)},
+                                     {"onnx_dtype", t.dtype},
+                                     {"shape", std::move(shape)}});
     }
     return a;
   };
@@ -430,8 +440,11 @@ std::string buildReport(ModuleOp module, StringRef modelName,
         shape.push_back(v);
       int64_t bytes = cast<IntegerAttr>(d.get("bytes")).getInt();
       paramBytes += bytes;
+      int32_t dtype = cast<IntegerAttr>(d.get("dtype")).getInt();
       params.push_back(llvm::json::Object{
           {"name", cast<StringAttr>(d.get("name")).str()},
+          {"dtype", dtypeString(dtype)},
+          {"onnx_dtype", dtype},
           {"shape", std::move(shape)},
           {"bytes", bytes},
           {"trainable",
@@ -927,6 +940,10 @@ int compile(const CompileOptions &options, std::string &error,
                                       trainInfo, error)))
       return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
                                                          : kCompileError;
+    // The plan's inputs: what one rank reads per micro-batch from --data
+    // (float32) and --labels.
+    ins = {{"data", 1, trainInfo.dataShape},
+           {"labels", trainInfo.labelDType, trainInfo.labelShape}};
     if (!runPhase("training", [&](OpPassManager &pm) {
           pm.addPass(createCanonicalizerPass());
         }))

@@ -9,6 +9,7 @@
 
 #include "ddpc/Runtime/Npy.h"
 
+#include "ddpc/Runtime/DTypes.h"
 #include "ddpc/Runtime/OutputFile.h"
 
 #include <cerrno>
@@ -32,37 +33,6 @@ constexpr size_t kMagicLen = 6;
 constexpr size_t kHeaderAlign = 64;
 // Refuse absurd header lengths from corrupt files before allocating.
 constexpr uint32_t kMaxHeaderLen = 1u << 20;
-
-struct DTypeInfo {
-  int32_t dtype;
-  const char *name;
-  const char *descr; // Canonical NumPy descr, as numpy writes it.
-  size_t itemSize;
-};
-
-const DTypeInfo kDTypes[] = {
-    {1, "float32", "<f4", 4},
-    {2, "uint8", "|u1", 1},
-    {3, "int8", "|i1", 1},
-    {4, "uint16", "<u2", 2},
-    {5, "int16", "<i2", 2},
-    {6, "int32", "<i4", 4},
-    {7, "int64", "<i8", 8},
-    {9, "bool", "|b1", 1},
-    {10, "float16", "<f2", 2},
-    {11, "float64", "<f8", 8},
-    {12, "uint32", "<u4", 4},
-    {13, "uint64", "<u8", 8},
-    // .npy has no bfloat16; its raw bits travel as uint16.
-    {16, "bfloat16", "<u2", 2},
-};
-
-const DTypeInfo *lookup(int32_t dtype) {
-  for (const DTypeInfo &info : kDTypes)
-    if (info.dtype == dtype)
-      return &info;
-  return nullptr;
-}
 
 bool hostIsLittleEndian() {
   uint16_t probe = 1;
@@ -355,17 +325,17 @@ struct FileCloser {
 } // namespace
 
 size_t dtypeItemSize(int32_t dtype) {
-  const DTypeInfo *info = lookup(dtype);
+  const DTypeInfo *info = lookupDType(dtype);
   return info ? info->itemSize : 0;
 }
 
 std::string dtypeName(int32_t dtype) {
-  const DTypeInfo *info = lookup(dtype);
+  const DTypeInfo *info = lookupDType(dtype);
   return info ? info->name : "dtype(" + std::to_string(dtype) + ")";
 }
 
 std::string dtypeToDescr(int32_t dtype) {
-  const DTypeInfo *info = lookup(dtype);
+  const DTypeInfo *info = lookupDType(dtype);
   return info ? info->descr : "";
 }
 

@@ -174,8 +174,10 @@ class Program:
 
     def report(self) -> dict[str, Any]:
         """The compiler's plan (CLI ``--report=json``) as a new dict:
-        ``model``, ``inputs``/``outputs`` (name, ONNX ``dtype``, ``shape``),
-        ``parameters`` (name, shape, ``bytes``, trainable),
+        ``model``, ``inputs``/``outputs`` (name, ``dtype`` as the numpy
+        name such as ``"float32"``, ``onnx_dtype`` as the ONNX
+        TensorProto.DataType number, ``shape``), ``parameters`` (name,
+        dtype, onnx_dtype, shape, ``bytes``, trainable),
         ``parameter_bytes``, ``collectives`` (op, ``bytes``),
         ``collective_bytes`` (per optimizer step), ``fusion_groups``; for
         training programs ``gradient_buckets`` (per bucket: ``bucket``,

@@ -110,7 +110,12 @@ def test_report_has_parameters_with_bytes(lenet: ddpc.Program) -> None:
     assert report["parameter_bytes"] == sum(p["bytes"] for p in params)
     model = onnx.load(str(LENET))
     assert {p["name"] for p in params} == {i.name for i in model.graph.initializer}
-    assert report["inputs"] == [{"name": "input", "dtype": 1, "shape": [2, 1, 28, 28]}]
+    for init in model.graph.initializer:
+        p = next(p for p in params if p["name"] == init.name)
+        assert p["onnx_dtype"] == init.data_type, p
+        assert p["dtype"] == onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name, p
+    assert report["inputs"] == [{"name": "input", "dtype": "float32", "onnx_dtype": 1,
+                                 "shape": [2, 1, 28, 28]}]
 
 
 def test_unknown_option_is_type_error() -> None:

@@ -234,6 +234,7 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
         const json::Object *t = v.getAsObject();
         os << "  " << StringRef(kind).drop_back() << " "
            << t->getString("name").value_or("") << " "
+           << t->getString("dtype").value_or("")
            << shapeStr(t->getArray("shape")) << "\n";
       }
   }

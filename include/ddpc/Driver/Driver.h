@@ -74,7 +74,9 @@ struct CompileResult {
   /// when CompileOptions::captureStages is set.
   std::vector<std::pair<std::string, std::string>> stages;
   /// The compiler's plan as JSON: inputs, outputs, parameters (bytes),
-  /// collectives and their sizes (bytes).
+  /// collectives and their sizes (bytes). Tensors give "dtype" as the NumPy
+  /// name ("float32", see Runtime/DTypes.h) and "onnx_dtype" as the ONNX
+  /// TensorProto.DataType number (1).
   std::string reportJSON;
 };
 
