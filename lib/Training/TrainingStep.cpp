@@ -407,9 +407,22 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   info.dataShape.assign(dataType.getShape().begin(), dataType.getShape().end());
   info.labelShape.assign(labelType.getShape().begin(),
                          labelType.getShape().end());
-  if (labelArg >= 0 && opts.loss == "output")
-    info.labelDType =
-        cast<IntegerType>(labelType.getElementType()).getWidth() == 64 ? 7 : 1;
+  if (labelArg >= 0 && opts.loss == "output") {
+    // The program reads --labels as int64 or float32 (TrainABI.h).
+    Type e = labelType.getElementType();
+    if (e.isInteger(64)) {
+      info.labelDType = 7;
+    } else if (e.isF32()) {
+      info.labelDType = 1;
+    } else {
+      std::string got;
+      llvm::raw_string_ostream os(got);
+      os << e;
+      error = "--label-input '" + opts.labelInput + "' has element type " +
+              got + "; training programs read labels as int64 or float32";
+      return failure();
+    }
+  }
   auto scalarF = RankedTensorType::get({}, f32);
   auto scalarI = RankedTensorType::get({}, i64);
 

@@ -410,3 +410,65 @@ def test_dropout_training_data_parallel_invariant(ddpc, tmp_path):
     # compiled program's own mask would need an extra output, so check the
     # training log instead: the dropout run's loss is higher on average.
 
+
+
+# ------------------------------------------------- --loss output, --label-input
+
+def loss_output_model(path, label_dtype=TensorProto.FLOAT, seed=3):
+    """y = x W; loss = ReduceMean((y - t)^2) as the first output, with the
+    target t a graph input (for --loss output --label-input t)."""
+    w = (np.random.default_rng(seed).standard_normal((F, 3)) * 0.3).astype(np.float32)
+    cast = ([helper.make_node("Cast", ["t"], ["tf"], to=TensorProto.FLOAT)]
+            if label_dtype != TensorProto.FLOAT else [])
+    g = helper.make_graph(
+        cast + [helper.make_node("MatMul", ["x", "W"], ["y"]),
+         helper.make_node("Sub", ["y", "tf" if cast else "t"], ["d"]),
+         helper.make_node("Mul", ["d", "d"], ["s"]),
+         helper.make_node("ReduceMean", ["s"], ["loss"], keepdims=0)], "regress",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F]),
+         helper.make_tensor_value_info("t", label_dtype, ["N", 3])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(w, "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return w
+
+
+def test_loss_output_with_label_input_matches_numpy(ddpc, tmp_path):
+    """--loss output: the model's first output is the loss, and its input t
+    (--label-input) is fed from --labels (float32 here). 4 SGD steps of
+    batch 8 == numpy's gradient of mean((xW - t)^2); 2 ranks x 4 == 1 x 8."""
+    w = loss_output_model(tmp_path / "m.onnx")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, F)).astype(np.float32)
+    t = rng.standard_normal((32, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", t)
+    flags = ["--loss", "output", "--label-input", "t", "--lr", "0.1"]
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "p8", 8, *flags)
+    run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "one.onnx")
+    want = w.astype(np.float64)
+    for s in range(4):
+        xb, tb = x[8 * s: 8 * s + 8].astype(np.float64), t[8 * s: 8 * s + 8]
+        want -= 0.1 * xb.T @ (2 * (xb @ want - tb) / tb.size)
+    got = weights(tmp_path / "one.onnx")["W"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if MPIRUN:
+        two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "p4", 4, *flags)
+        run_train(two, tmp_path, 2, "--epochs", "1", "--no-shuffle", "--save", "two.onnx")
+        np.testing.assert_allclose(weights(tmp_path / "two.onnx")["W"], got, rtol=1e-5, atol=1e-6)
+
+
+def test_label_input_of_unreadable_dtype_is_refused(ddpc, tmp_path):
+    """Training programs read labels as int64 or float32; a float64 target
+    is refused at compile time, naming the input (it used to be read as if
+    it were an integer type)."""
+    loss_output_model(tmp_path / "m.onnx", label_dtype=TensorProto.DOUBLE)
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+                           "--loss", "output", "--label-input", "t", "-o", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "--label-input 't' has element type f64" in proc.stderr, proc.stderr
+    assert not (tmp_path / "p").exists()
