@@ -195,11 +195,16 @@ int64_t parseInt(const char *opt, const std::string &v, int64_t min) {
   return x;
 }
 
+/// A finite decimal number (`1e-3`, `.5`); strtod's other forms (hex,
+/// leading blanks, inf, nan) are refused, as Python's argparse and
+/// PyTorch's optimizers would not take them either.
 double parseDouble(const char *opt, const std::string &v) {
   char *end = nullptr;
   double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(x))
-    fatalError(std::string("invalid value '") + v + "' for " + opt);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) ||
+      v.find_first_not_of("0123456789.eE+-") != std::string::npos)
+    fatalError(std::string("invalid value '") + v + "' for " + opt +
+               " (a finite decimal number, e.g. 0.01)");
   return x;
 }
 

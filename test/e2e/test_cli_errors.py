@@ -324,3 +324,34 @@ def test_bad_optimizer_settings_are_named(ddpc, tmp_path, args, needle):
     proc = compile_model(ddpc, model, tmp_path / "prog", "--train", "--loss", "mse",
                          "--batch-size", "2", *args)
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+
+
+def test_killed_while_waiting_for_fifo_reader_leaves_no_temporary(ddpc, tmp_path):
+    """Opening a FIFO for writing blocks until a reader comes. A compile
+    killed while it waits there must not leave its temporary in $TMPDIR
+    (it used to: the temporary was removed only after the copy)."""
+    import signal
+    import time
+    model = relu_model(tmp_path / "m.onnx")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen([ddpc, "compile", str(model), "-o", str(fifo), "--emit=mlir"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, TMPDIR=str(tmpdir)))
+    # Wait until it blocks in open() (Linux's wait_for_partner), or give it
+    # ample time to get there: compiling this model takes well under 1 s.
+    deadline = time.time() + 15
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if "partner" in open(f"/proc/{proc.pid}/wchan").read():
+                break
+        except OSError:
+            pass
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    assert not list(tmpdir.iterdir())

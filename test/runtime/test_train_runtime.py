@@ -217,6 +217,9 @@ def test_bad_inputs_fail_fast(tmp_path, ranks):
         (["--data", xp, "--labels", tmp_path / "short.npy"], "short.npy"),
         (["--data", xp, "--labels", xp], "x0.npy"),
         (["--data", xp, "--labels", yp, "--lr", "-1"], "--lr must be a finite number >= 0"),
+        (["--data", xp, "--labels", yp, "--lr", "0x1p-4"], "a finite decimal number"),
+        (["--data", xp, "--labels", yp, "--lr", " 0.1"], "a finite decimal number"),
+        (["--data", xp, "--labels", yp, "--timeout", "inf"], "a finite decimal number"),
         (["--data", xp, "--labels", yp, "--save", tmp_path], "is a folder; give a file name"),
         (["--data", xp, "--labels", yp, "--save", xp / "m.onnx"], "' is not a folder"),
     ]

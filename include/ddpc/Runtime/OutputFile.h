@@ -89,6 +89,10 @@ inline bool commitOutput(const std::string &tmp, const OutputTarget &t,
   struct stat tmpStat;
   bool haveMode = ::stat(tmp.c_str(), &tmpStat) == 0;
   FILE *in = std::fopen(tmp.c_str(), "rb");
+  // Unlink the temporary before opening the destination: opening a FIFO
+  // blocks until a reader comes, and a process killed meanwhile must not
+  // leave the temporary behind. The open stream keeps its bytes readable.
+  std::remove(tmp.c_str());
   FILE *out = in ? std::fopen(t.path.c_str(), "wb") : nullptr;
   bool ok = in && out;
   int savedErrno = errno;
@@ -108,7 +112,6 @@ inline bool commitOutput(const std::string &tmp, const OutputTarget &t,
     ok = false;
     savedErrno = errno;
   }
-  std::remove(tmp.c_str());
   // A regular file it created (through a dangling symlink) gets the
   // temporary's permissions: an executable stays executable.
   struct stat outStat;
