@@ -31,7 +31,9 @@ subprocesses with timeouts, so one failure cannot hide the others):
   4. ddpc, the N fixed steps (--no-shuffle, the CPU reference's flags):
      per-step losses (--log-json) and final weights (--checkpoint) against
      the CPU reference, within the tolerance plus the float32-chaos
-     envelope (below);
+     envelope (below); the training step's forward pass runs Conv/Gemm +
+     bias + ReLU as fused cuDNN/cuBLASLt calls too (steps 3 and 4 check
+     them in training);
   5. ddpc, a timed run: warm-up steps excluded, median step time from
      --log-json's per-step samples_per_s (startup excluded), capped in time;
   6. PyTorch (torch_ref.OnnxModule: the ONNX graph node by node with

@@ -1044,8 +1044,7 @@ int compile(const CompileOptions &options, std::string &error,
     error = "cannot create a temporary folder: " + ec.message();
     return kCompileError;
   }
-  auto cleanup =
-      llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(tmpDir); });
+  llvm::scope_exit cleanup([&] { llvm::sys::fs::remove_directories(tmpDir); });
   if (options.emit == EmitKind::LLVMIR) {
     SmallString<256> p(tmpDir);
     llvm::sys::path::append(p, "model.ll");

@@ -62,28 +62,54 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
     return linalg::areElementwiseOpsFusable(&operand);
   }
 
-  /// Whether to fuse the producer of `operand` into its owner. A producer
-  /// with several users is recomputed in them only when it is cheap and
-  /// every use of every result can take it, so that it disappears. When
-  /// one user cannot (a contraction, a graph output, a reshape), the result
-  /// is written anyway; recomputing it elsewhere would then read the same
-  /// bytes (its inputs instead of it) and keep its inputs alive longer, up
-  /// to the backward pass (Relu's VJP reads the Relu result so that the
-  /// pre-activation can die early; see Autodiff.cpp).
-  bool shouldFuse(OpOperand &operand) const {
+  /// How the producer of an operand is fused into its owner.
+  enum class Fusion {
+    None,
+    /// The producer's body is copied into the consumer; the producer stays
+    /// for its other users (each of which can take it too).
+    Recompute,
+    /// The fused op also yields the producer's results, and the producer's
+    /// other users (all after the consumer) read those: one kernel writes
+    /// both, and the producer is erased.
+    MultiResult,
+  };
+
+  /// How to fuse the producer of `operand` into its owner.
+  ///  - One use: fuse.
+  ///  - Every use of every result can take the producer, and its body is
+  ///    cheap: recompute it in each, so that it is never written.
+  ///  - Every other use is after the consumer in its block (a graph output,
+  ///    a contraction or reshape further on, another elementwise op): one
+  ///    multi-result kernel computes the producer and the consumer (the
+  ///    optimizer's m, v and parameter updates; sibling results of a layer's
+  ///    backward). Nothing is computed twice.
+  ///  - Otherwise (a user before the consumer cannot take it) the result is
+  ///    written anyway, and recomputing it in the consumer would read the
+  ///    same bytes (its inputs instead of it) and keep those inputs alive
+  ///    longer, up to the backward pass: Relu's VJP reads the Relu result so
+  ///    that the pre-activation can die early (Autodiff.cpp), and the next
+  ///    layer's GEMM reads it before the backward pass.
+  Fusion howToFuse(OpOperand &operand) const {
     if (!fusableUse(operand))
-      return false;
+      return Fusion::None;
     Operation *producer = operand.get().getDefiningOp();
-    bool oneUse = producer->hasOneUse();
-    if (oneUse)
-      return true;
-    if (bodySize(cast<linalg::GenericOp>(producer)) > maxRecomputeOps)
-      return false;
+    Operation *consumer = operand.getOwner();
+    if (producer->hasOneUse())
+      return Fusion::Recompute;
+    bool allFusable = true,
+         allAfter = producer->getBlock() == consumer->getBlock();
     for (Value r : producer->getResults())
-      for (OpOperand &use : r.getUses())
-        if (!fusableUse(use))
-          return false;
-    return true;
+      for (OpOperand &use : r.getUses()) {
+        Operation *user = use.getOwner();
+        allFusable &= fusableUse(use);
+        allAfter &=
+            user == consumer || (user->getBlock() == consumer->getBlock() &&
+                                 consumer->isBeforeInBlock(user));
+      }
+    if (allFusable &&
+        bodySize(cast<linalg::GenericOp>(producer)) <= maxRecomputeOps)
+      return Fusion::Recompute;
+    return allAfter ? Fusion::MultiResult : Fusion::None;
   }
 
   void runOnOperation() override {
@@ -104,7 +130,8 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
       func.walk([&](linalg::GenericOp op) { consumers.push_back(op); });
       for (linalg::GenericOp consumer : consumers) {
         for (OpOperand &operand : consumer->getOpOperands()) {
-          if (!shouldFuse(operand))
+          Fusion how = howToFuse(operand);
+          if (how == Fusion::None)
             continue;
           Operation *producer = operand.get().getDefiningOp();
           Location fusedLoc =
@@ -115,10 +142,12 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
           if (failed(fused))
             continue;
           fused->fusedOp->setLoc(fusedLoc);
-          // Only the consumer's results move to the fused op; other users
-          // of the producer keep the producer (it is recomputed there).
+          // The consumer's results move to the fused op. The producer's
+          // other users keep the producer (Recompute) or read the fused
+          // op's copy of its results (MultiResult).
           for (auto [orig, repl] : fused->replacements)
-            if (orig.getDefiningOp() == consumer.getOperation())
+            if (orig.getDefiningOp() == consumer.getOperation() ||
+                how == Fusion::MultiResult)
               rewriter.replaceAllUsesWith(orig, repl);
           rewriter.eraseOp(consumer);
           if (producer->use_empty())

@@ -134,3 +134,80 @@ func.func @two_users(%x: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
   } -> tensor<16xf32>
   return %1, %2 : tensor<16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// A producer whose other user (here the caller, through the return) comes
+// after the consumer: one multi-result kernel computes both (an optimizer's
+// moment and parameter updates), the producer is erased, and the return
+// reads the fused op's copy. Nothing is computed twice.
+// CHECK-LABEL: func.func @multi_result(
+// CHECK: %[[F:.*]]:2 = linalg.generic
+// CHECK-COUNT-1: math.exp
+// CHECK-NOT: math.exp
+// CHECK: return %[[F]]#{{[01]}}, %[[F]]#{{[01]}}
+#id = affine_map<(d0) -> (d0)>
+func.func @multi_result(%x: tensor<16xf32>, %y: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %e = tensor.empty() : tensor<16xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%x : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<16xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+      ins(%0, %y : tensor<16xf32>, tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.subf %b, %a : f32
+    linalg.yield %r : f32
+  } -> tensor<16xf32>
+  return %0, %1 : tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+// A producer that a contraction reads *before* the elementwise consumer
+// (a ReLU output: the next layer's GEMM, then the ReLU VJP in the backward
+// pass) is written anyway; it is neither recomputed in the consumer (that
+// would keep its input alive until then) nor fused: the consumer reads it.
+// CHECK-LABEL: func.func @user_before_consumer(
+// CHECK: %[[R:.*]] = linalg.generic
+// CHECK: arith.cmpf ogt
+// CHECK: linalg.generic {{.*}}"reduction"]} ins(%[[R]],
+// CHECK: linalg.generic {{.*}} ins(%[[R]], %{{.*}} : tensor<4x8xf32>, tensor<4x8xf32>)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: arith.cmpf ogt
+// CHECK-NEXT: arith.select
+// CHECK-NEXT: linalg.yield
+// CHECK: return
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#a = affine_map<(d0, d1, d2) -> (d0, d2)>
+#b = affine_map<(d0, d1, d2) -> (d2, d1)>
+#c = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @user_before_consumer(%h: tensor<4x8xf32>, %w: tensor<8x3xf32>, %acc: tensor<4x3xf32>,
+                                %g: tensor<4x8xf32>) -> (tensor<4x3xf32>, tensor<4x8xf32>) {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %zero = arith.constant 0.0 : f32
+  %0 = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%h : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%a0: f32, %o: f32):
+    %p = arith.cmpf ogt, %a0, %zero : f32
+    %r = arith.select %p, %a0, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<4x8xf32>
+  %1 = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%0, %w : tensor<4x8xf32>, tensor<8x3xf32>) outs(%acc : tensor<4x3xf32>) {
+  ^bb0(%p0: f32, %q: f32, %o: f32):
+    %m = arith.mulf %p0, %q : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<4x3xf32>
+  %2 = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%0, %g : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%y0: f32, %d: f32, %o: f32):
+    %p = arith.cmpf ogt, %y0, %zero : f32
+    %r = arith.select %p, %d, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<4x8xf32>
+  return %1, %2 : tensor<4x3xf32>, tensor<4x8xf32>
+}

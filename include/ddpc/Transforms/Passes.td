@@ -32,12 +32,16 @@ def FuseOpsPass : Pass<"ddpc-fuse-ops", "mlir::func::FuncOp"> {
         for the operand is a permutation of all its loops), so fusion never
         multiplies work: contractions (MatMul/Gemm/Conv) keep their operands
         as separate kernels and stay recognizable for library calls;
-      * a producer with several users is recomputed in them only if its
-        body has at most `maxRecomputeOps` operations and every use of every
-        result can take it, so that it is not written at all; when one user
-        cannot (a contraction, a graph output, a reshape), the others read
-        its result instead of recomputing it from inputs that would then
-        have to stay alive longer.
+      * a producer with several users is recomputed in them if its body
+        has at most `maxRecomputeOps` operations and every use of every
+        result can take it, so that it is never written;
+      * otherwise, when all its other users come after the consumer in the
+        block, the fused op also yields the producer's results and those
+        users read them (one multi-result kernel, nothing computed twice);
+      * otherwise (a user before the consumer cannot take it: the next
+        layer's GEMM reading a ReLU output that the backward pass reads
+        again) it is not fused: its result is written anyway, and
+        recomputing it would keep its inputs alive longer.
     Finally erases results of fused ops that nothing reads.
     Every linalg op that remains is one kernel ("fusion group"); it gets
       ddpc.fusion_group = <i64 id>   (program order within the function)

@@ -67,8 +67,7 @@ bool knownByLLVM(const std::string &chip) {
   (void)initialized;
   llvm::Triple triple("nvptx64-nvidia-cuda");
   std::string err;
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(triple.str(), err);
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
   if (!target)
     return true; // Not linked in: let the toolchain judge.
   // Created for a chip every NVPTX backend knows (asking for `chip` itself
@@ -170,8 +169,7 @@ bool assembleFatBinaries(ModuleOp module, const std::string &cudaRoot,
     error = "cannot create a temporary folder: " + ec.message();
     return false;
   }
-  auto cleanup =
-      llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(tmpDir); });
+  llvm::scope_exit cleanup([&] { llvm::sys::fs::remove_directories(tmpDir); });
   SmallString<256> ptxas(cudaRoot), fatbinary(cudaRoot);
   llvm::sys::path::append(ptxas, "bin", "ptxas");
   llvm::sys::path::append(fatbinary, "bin", "fatbinary");
