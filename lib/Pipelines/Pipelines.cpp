@@ -57,15 +57,16 @@ void buildBufferizationPipeline(OpPassManager &pm,
 }
 
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
-  addPipeline(pm, "func.func(convert-linalg-to-loops),"
-                  "arith-expand{include-bf16},"
-                  "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
-                  "convert-math-to-llvm,convert-math-to-libm,"
-                  "convert-arith-to-llvm,convert-index-to-llvm,"
-                  "finalize-memref-to-llvm,"
-                  "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
-                  "convert-cf-to-llvm,convert-ub-to-llvm,"
-                  "reconcile-unrealized-casts");
+  addPipeline(
+      pm, "func.func(convert-linalg-to-loops),"
+          "arith-expand{include-bf16},"
+          "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
+          "convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,"
+          "convert-arith-to-llvm,convert-index-to-llvm,"
+          "finalize-memref-to-llvm,"
+          "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
+          "convert-cf-to-llvm,convert-ub-to-llvm,"
+          "reconcile-unrealized-casts");
 }
 
 void buildGPULoopPipeline(OpPassManager &pm) {
@@ -111,18 +112,19 @@ void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
 
 void buildCUDAHostLoweringPipeline(OpPassManager &pm,
                                    const CUDAPipelineOptions &) {
-  addPipeline(pm, "expand-strided-metadata,lower-affine,"
-                  "arith-expand{include-bf16},"
-                  "convert-math-to-llvm,convert-math-to-libm,"
-                  // Before gpu-to-llvm, whose own memref patterns would
-                  // lower allocations to host malloc.
-                  "finalize-memref-to-llvm{use-generic-functions},"
-                  "gpu-to-llvm{use-bare-pointers-for-host "
-                  "use-bare-pointers-for-kernels},"
-                  "convert-arith-to-llvm,convert-index-to-llvm,"
-                  "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
-                  "convert-cf-to-llvm,convert-ub-to-llvm,"
-                  "reconcile-unrealized-casts");
+  addPipeline(
+      pm, "expand-strided-metadata,lower-affine,"
+          "arith-expand{include-bf16},"
+          "convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,"
+          // Before gpu-to-llvm, whose own memref patterns would
+          // lower allocations to host malloc.
+          "finalize-memref-to-llvm{use-generic-functions},"
+          "gpu-to-llvm{use-bare-pointers-for-host "
+          "use-bare-pointers-for-kernels},"
+          "convert-arith-to-llvm,convert-index-to-llvm,"
+          "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
+          "convert-cf-to-llvm,convert-ub-to-llvm,"
+          "reconcile-unrealized-casts");
 }
 
 void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options) {

@@ -91,6 +91,20 @@ public:
       return arith::SelectOp::create(b, loc, cond, x, z);
     };
     Value zero = c(0.0);
+    // Every rule is linear in g, so a zero cotangent contributes zero. The
+    // local derivative of exp, log, division, sqrt and pow may still be
+    // infinite (exp overflowing, 1/x at 0): on a branch that a select does
+    // not take (Elu's exp(x) at x >= 89), or where the result saturates
+    // (1/(1 + exp(-x)) at x <= -89), and 0 * inf would make the gradient
+    // NaN. `scaled` gives the cotangent's product with such a factor, 0
+    // when g is 0 (the "double where" fix).
+    Value gIsZero;
+    auto scaled = [&](Value product) -> Value {
+      if (!gIsZero)
+        gIsZero =
+            arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, g, zero);
+      return sel(gIsZero, zero, product);
+    };
     if (isa<arith::AddFOp>(op)) {
       add(op->getOperand(0), g);
       add(op->getOperand(1), g);
@@ -98,12 +112,14 @@ public:
       add(op->getOperand(0), g);
       add(op->getOperand(1), arith::NegFOp::create(b, loc, g));
     } else if (isa<arith::MulFOp>(op)) {
+      // Unguarded: contractions' VJPs must keep the plain multiply-add
+      // body that ddpc-conv-to-gemm and the GEMM matcher recognize.
       add(op->getOperand(0), mul(g, op->getOperand(1)));
       add(op->getOperand(1), mul(g, op->getOperand(0)));
     } else if (isa<arith::DivFOp>(op)) {
       Value x = op->getOperand(0), z = op->getOperand(1);
-      add(x, div(g, z));
-      add(z, arith::NegFOp::create(b, loc, div(mul(g, y), z)));
+      add(x, scaled(div(g, z)));
+      add(z, scaled(arith::NegFOp::create(b, loc, div(mul(g, y), z))));
     } else if (isa<arith::NegFOp>(op)) {
       add(op->getOperand(0), arith::NegFOp::create(b, loc, g));
     } else if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MinimumFOp,
@@ -133,13 +149,16 @@ public:
       add(s.getTrueValue(), sel(s.getCondition(), g, zero));
       add(s.getFalseValue(), sel(s.getCondition(), zero, g));
     } else if (isa<math::ExpOp>(op)) {
-      add(op->getOperand(0), mul(g, y));
+      add(op->getOperand(0), scaled(mul(g, y)));
     } else if (isa<math::LogOp>(op)) {
-      add(op->getOperand(0), div(g, op->getOperand(0)));
+      add(op->getOperand(0), scaled(div(g, op->getOperand(0))));
+    } else if (isa<math::Log1pOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x, scaled(div(g, arith::AddFOp::create(b, loc, c(1.0), x))));
     } else if (isa<math::SqrtOp>(op)) {
-      add(op->getOperand(0), div(mul(g, c(0.5)), y));
+      add(op->getOperand(0), scaled(div(mul(g, c(0.5)), y)));
     } else if (isa<math::RsqrtOp>(op)) {
-      add(op->getOperand(0), mul(g, mul(c(-0.5), mul(y, mul(y, y)))));
+      add(op->getOperand(0), scaled(mul(g, mul(c(-0.5), mul(y, mul(y, y))))));
     } else if (isa<math::TanhOp>(op)) {
       add(op->getOperand(0),
           mul(g, arith::SubFOp::create(b, loc, c(1.0), mul(y, y))));
@@ -151,8 +170,8 @@ public:
     } else if (isa<math::PowFOp>(op)) {
       Value x = op->getOperand(0), p = op->getOperand(1);
       Value pm1 = arith::SubFOp::create(b, loc, p, c(1.0));
-      add(x, mul(g, mul(p, math::PowFOp::create(b, loc, x, pm1))));
-      add(p, mul(g, mul(y, math::LogOp::create(b, loc, x))));
+      add(x, scaled(mul(g, mul(p, math::PowFOp::create(b, loc, x, pm1)))));
+      add(p, scaled(mul(g, mul(y, math::LogOp::create(b, loc, x)))));
     } else if (isa<math::AbsFOp>(op)) {
       Value x = op->getOperand(0);
       Value neg =
@@ -318,6 +337,47 @@ bool isImportedRelu(linalg::GenericOp op) {
          inner.getTrueValue() == x && isZero(inner.getFalseValue());
 }
 
+/// Elementwise ops whose derivative is a function of their result y, as
+/// their own backward is in PyTorch (sigmoid_backward, tanh_backward):
+/// the VJP reads y instead of the input, which is exact in the tails where
+/// differentiating the forward formula loses everything (Sigmoid's
+/// 1/(1 + exp(-x)) at x = -50 multiplies numbers near the float32
+/// underflow), and lets the input die with the forward pass.
+enum class ResultDerivative { None, Sigmoid, Tanh };
+
+/// Which ResultDerivative `op` has: one input read with the identity map
+/// (as the result), and the body the importer builds for ONNX Sigmoid
+/// (`1 / (1 + exp(-x))`) or Tanh (`tanh(x)`).
+ResultDerivative resultDerivative(linalg::GenericOp op) {
+  if (op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
+      op.getNumReductionLoops() != 0 ||
+      !op.getMatchingIndexingMap(op.getDpsInputOperand(0)).isIdentity() ||
+      !op.getIndexingMapsArray().back().isIdentity() ||
+      op.getDpsInputs()[0].getType() != op.getResult(0).getType())
+    return ResultDerivative::None;
+  Block &body = op.getRegion().front();
+  Value x = body.getArgument(0);
+  Value y = body.getTerminator()->getOperand(0);
+  if (auto t = y.getDefiningOp<math::TanhOp>(); t && t.getOperand() == x)
+    return ResultDerivative::Tanh;
+  auto isOne = [](Value v) {
+    auto c = v.getDefiningOp<arith::ConstantOp>();
+    auto f = c ? dyn_cast<FloatAttr>(c.getValue()) : FloatAttr();
+    return f && f.getValue().isExactlyValue(1.0);
+  };
+  auto div = y.getDefiningOp<arith::DivFOp>();
+  auto add = div ? div.getRhs().getDefiningOp<arith::AddFOp>() : nullptr;
+  if (!div || !isOne(div.getLhs()) || !add)
+    return ResultDerivative::None;
+  Value e = isOne(add.getLhs()) ? add.getRhs() : add.getLhs();
+  auto exp = e.getDefiningOp<math::ExpOp>();
+  auto neg = exp ? exp.getOperand().getDefiningOp<arith::NegFOp>() : nullptr;
+  if (!isOne(add.getLhs()) && !isOne(add.getRhs()))
+    return ResultDerivative::None;
+  return neg && neg.getOperand() == x ? ResultDerivative::Sigmoid
+                                      : ResultDerivative::None;
+}
+
 /// Cotangent of input `k` of a single-result generic.
 FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
                             unsigned k, Value dOut, std::string &error) {
@@ -325,6 +385,21 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
   OpOperand *inOperand = op.getDpsInputOperand(k);
   Value input = inOperand->get();
   auto inType = cast<RankedTensorType>(input.getType());
+  if (ResultDerivative rd = resultDerivative(op); rd != ResultDerivative::None)
+    return buildElementwise(
+        b, loc, ValueRange{op.getResult(0), dOut}, inType.getShape(),
+        inType.getElementType(),
+        [rd](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          Value y = a[0], g = a[1];
+          Value yy = arith::MulFOp::create(nb, l, y, y);
+          // Sigmoid: y - y^2 = y (1 - y); Tanh: 1 - y^2.
+          Value d = rd == ResultDerivative::Sigmoid
+                        ? arith::SubFOp::create(nb, l, y, yy).getResult()
+                        : arith::SubFOp::create(
+                              nb, l, scalarConst(nb, l, y.getType(), 1.0), yy)
+                              .getResult();
+          return arith::MulFOp::create(nb, l, g, d);
+        });
   AffineMap inMap = op.getMatchingIndexingMap(inOperand);
   AffineMap outMap = op.getIndexingMapsArray().back();
   unsigned numLoops = op.getNumLoops();

@@ -70,13 +70,52 @@ def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=()):
 
 X34 = [("x", [3, 4])]
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "Softmax", "LogSoftmax",
-         "Identity"]
+         "Identity", "Softplus", "Elu"]
 
 
 @pytest.mark.parametrize("op", UNARY)
 def test_unary(op):
     m = model([helper.make_node(op, ["x"], ["y"])], X34, [("y", [3, 4])])
     check_gradients(m, X34, np.random.default_rng(0))
+
+
+def _sigmoid64(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+# float64 oracles: (forward, derivative) of each activation.
+SATURATING = {
+    "Sigmoid": (_sigmoid64, lambda x: _sigmoid64(x) * (1 - _sigmoid64(x))),
+    "Tanh": (np.tanh, lambda x: 1 - np.tanh(x) ** 2),
+    "Softplus": (lambda x: np.logaddexp(0, x), _sigmoid64),
+    "Elu": (lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+            lambda x: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0)))),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SATURATING))
+def test_saturated_activations_have_finite_gradients(op):
+    """float32 activations far into their tails (exp overflows at |x| > 88)
+    against numpy float64: forward and gradient finite and within float32
+    resolution. Sigmoid's gradient used to be 0 * inf = NaN at x <= -89
+    (differentiating 1/(1 + exp(-x))), Elu's at x >= 89 (its untaken
+    exp(x) branch), and Softplus overflowed to inf at x >= 89."""
+    x = np.array([-1e4, -200, -100, -89, -88, -50, -20, -1, 0, 1, 20, 50, 88, 89, 100, 200, 1e4],
+                 np.float32)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    ct = np.linspace(0.5, 1.5, x.size).astype(np.float32)
+    res = ddpc.compile(m, vjp=True).run({"x": x, "d_y": ct})
+    f, df = SATURATING[op]
+    x64 = x.astype(np.float64)
+    assert np.all(np.isfinite(res["y"])) and np.all(np.isfinite(res["d_x"])), res
+    np.testing.assert_allclose(res["y"], f(x64), rtol=2e-6, atol=1e-30, err_msg="forward")
+    # Float32 resolution: 1 - y rounds to 0 for y within 6e-8 of 1.
+    np.testing.assert_allclose(res["d_x"], df(x64) * ct, rtol=2e-5, atol=1e-7, err_msg="gradient")
 
 
 @pytest.mark.parametrize("op", ["Sqrt", "Log", "Reciprocal"])

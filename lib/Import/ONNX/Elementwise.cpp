@@ -458,10 +458,17 @@ void registerElementwiseOps(OpRegistry &r) {
   unaryF("Ceil", [](B &b, L l, Value x) -> Value {
     return math::CeilOp::create(b, l, x);
   });
+  // log(1 + exp(x)) overflows for x >= 89 (float32); the equal
+  // max(x, 0) + log1p(exp(-|x|)) does not, and keeps the small values of
+  // x <= -17 that 1 + exp(x) rounds away.
   unaryF("Softplus", [](B &b, L l, Value x) -> Value {
-    Value one = scalarConst(b, l, x.getType(), 1.0);
-    return math::LogOp::create(
-        b, l, arith::AddFOp::create(b, l, one, math::ExpOp::create(b, l, x)));
+    Value zero = scalarConst(b, l, x.getType(), 0.0);
+    Value tail = math::Log1pOp::create(
+        b, l,
+        math::ExpOp::create(
+            b, l, arith::NegFOp::create(b, l, math::AbsFOp::create(b, l, x))));
+    return arith::AddFOp::create(b, l, arith::MaximumFOp::create(b, l, x, zero),
+                                 tail);
   });
   addSameType(r, "Neg", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
     if (isF(a[0]))
