@@ -315,7 +315,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       return failure();
     }
   if (paramIdx.empty()) {
-    error = "the model has no trainable float initializer (all frozen?)";
+    error = "the model has no trainable float initializer (all frozen, or "
+            "none reaches the first output)";
     return failure();
   }
   // The data input and, when --label-input names a graph input, the labels.
@@ -329,8 +330,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       error = "the model has more than one data input ('" +
               argName(fwdTrain, dataArg).str() + "', '" +
               argName(fwdTrain, i).str() +
-              "'); training programs take one data input (use --label-input "
-              "for a labels input)";
+              "'); training programs take one data input, and with --loss "
+              "output --label-input NAME makes another the labels input";
       return failure();
     }
   }

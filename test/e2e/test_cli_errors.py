@@ -172,6 +172,20 @@ def test_bad_options_are_named(ddpc, tmp_path, args, needle):
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
 
 
+@pytest.mark.parametrize("train", [[], ["--train"]])
+def test_batch_size_on_fixed_shapes_is_refused(ddpc, tmp_path, train):
+    """A model whose inputs all have a fixed leading dimension: --batch-size
+    with another value used to be ignored silently (a training program then
+    ran batch 4 when 2 was asked for); the same value is harmless."""
+    model = relu_model(tmp_path / "m.onnx", dims=(4, 3))
+    proc = compile_model(ddpc, model, tmp_path / "prog", "--batch-size", "2", *train)
+    assert_clean_failure(proc, tmp_path / "prog", 1,
+                         "--batch-size 2 cannot apply: the leading dimension of every graph "
+                         "input is fixed ('x' has 4)")
+    proc = compile_model(ddpc, model, tmp_path / "prog", "--batch-size", "4")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_batch_size_binds_the_name_everywhere(ddpc, tmp_path):
     """--batch-size binds the leading dimension's name, so the same name in
     another position of another input gets the same value (numpy oracle)."""

@@ -472,3 +472,67 @@ def test_label_input_of_unreadable_dtype_is_refused(ddpc, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "--label-input 't' has element type f64" in proc.stderr, proc.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_initializers_the_loss_does_not_reach_stay_fixed(ddpc, tmp_path):
+    """Only initializers the first output (the loss's input) depends on are
+    parameters: W2 feeds a second output, W3 a dead Relu. PyTorch skips
+    parameters whose .grad is None (no update, no weight decay); they used
+    to be decayed (x 0.98 after 2 steps here) and all-reduced."""
+    rng = np.random.default_rng(0)
+    inits = {"W1": rng.standard_normal((F, C)).astype(np.float32),
+             "b1": np.zeros(C, np.float32),
+             "W2": rng.standard_normal((F, 2)).astype(np.float32),
+             "W3": rng.standard_normal((2, 2)).astype(np.float32)}
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W1", "b1"], ["logits"]),
+         helper.make_node("MatMul", ["x", "W2"], ["z"]),
+         helper.make_node("Relu", ["W3"], ["dead"])], "heads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    x, y = data(16)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    flags = ["--weight-decay", "0.1", "--lr", "0.1"]
+    report = json.loads(subprocess.run(
+        [ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "8", *flags,
+         "--emit=mlir", "-o", str(tmp_path / "m.mlir"), "--report=json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert {p["name"]: p["trainable"] for p in report["parameters"]} == {
+        "W1": True, "b1": True, "W2": False, "W3": False}
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "train", 8, *flags)
+    run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "out.onnx")
+    got = weights(tmp_path / "out.onnx")
+    np.testing.assert_array_equal(got["W2"], inits["W2"])
+    np.testing.assert_array_equal(got["W3"], inits["W3"])
+    # W1 and b1 train as the plain MLP oracle's single layer would.
+    p = {k: inits[k].astype(np.float64) for k in ("W1", "b1")}
+    for s in range(2):
+        xb, yb = x[8 * s: 8 * s + 8].astype(np.float64), y[8 * s: 8 * s + 8]
+        z = xb @ p["W1"] + p["b1"]
+        pr = np.exp(z - z.max(1, keepdims=True))
+        pr /= pr.sum(1, keepdims=True)
+        pr[np.arange(8), yb] -= 1
+        gW, gb = xb.T @ pr / 8, pr.sum(0) / 8
+        p["W1"] -= 0.1 * (gW + 0.1 * p["W1"])
+        p["b1"] -= 0.1 * (gb + 0.1 * p["b1"])
+    for k in ("W1", "b1"):
+        np.testing.assert_allclose(got[k], p[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_two_inputs_without_label_input_says_how(ddpc, tmp_path):
+    """The message for a second graph input points to the option that
+    works: --label-input needs --loss output (it used to suggest
+    --label-input alone, which the default loss then refused)."""
+    loss_output_model(tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+                           "--loss", "mse", "-o", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "more than one data input ('x', 't')" in proc.stderr, proc.stderr
+    assert "with --loss output --label-input NAME" in proc.stderr, proc.stderr

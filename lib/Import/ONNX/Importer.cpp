@@ -654,6 +654,35 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     argInfos.push_back(&vi);
   }
 
+  // --batch-size must change something: when every graph input's leading
+  // dimension is a fixed number, a different value would be silently
+  // ignored (and the per-rank batch of a training program not the one
+  // asked for).
+  if (options.batchSize && !argInfos.empty()) {
+    bool anyFree = false;
+    std::string fixed;
+    for (const onnx::ValueInfoProto *vi : argInfos) {
+      const auto &dims = vi->type().tensor_type().shape().dim();
+      if (dims.empty())
+        continue;
+      if (!dims[0].has_dim_value() || dims[0].dim_value() < 0)
+        anyFree = true;
+      else if (dims[0].dim_value() != *options.batchSize && fixed.empty())
+        fixed =
+            "'" + vi->name() + "' has " + std::to_string(dims[0].dim_value());
+    }
+    if (!anyFree && !fixed.empty()) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--batch-size " + Twine(*options.batchSize) +
+                        " cannot apply: the leading dimension of every graph "
+                        "input is fixed (" +
+                        fixed +
+                        "); drop --batch-size, or re-export the model with "
+                        "a symbolic batch dimension");
+      return nullptr;
+    }
+  }
+
   // Every --dim must name a symbolic dimension of some graph input.
   for (const auto &kv : options.dims) {
     bool found = false;
@@ -702,11 +731,37 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
       for (int i = 0; i < node.input_size(); ++i)
         if (!configSlot(node, i))
           differentiableUse.insert(node.input(i));
+    // Values the first graph output (the loss, or what the loss is computed
+    // from) depends on, through differentiable inputs: the nodes are in
+    // topological order (ONNX IR spec, "Graphs"), so one reverse sweep
+    // finds them. An initializer outside this set gets no gradient; like
+    // PyTorch, which skips parameters whose .grad is None (no update, no
+    // weight decay), it stays a constant. Nodes with subgraphs (If, Loop,
+    // Scan) may read outer values implicitly: then every initializer counts.
+    llvm::StringSet<> lossDeps;
+    bool implicitReads = false;
+    for (const auto &node : graph.node())
+      for (const auto &attr : node.attribute())
+        implicitReads |= attr.has_g() || attr.graphs_size() > 0;
+    if (graph.output_size() > 0)
+      lossDeps.insert(graph.output(0).name());
+    for (int n = graph.node_size() - 1; n >= 0; --n) {
+      const auto &node = graph.node(n);
+      if (llvm::none_of(node.output(), [&](const std::string &o) {
+            return lossDeps.contains(o);
+          }))
+        continue;
+      for (int i = 0; i < node.input_size(); ++i)
+        if (!configSlot(node, i))
+          lossDeps.insert(node.input(i));
+    }
     for (const auto &t : graph.initializer()) {
       if (!isFloatDType(t.data_type()) || frozen.contains(t.name()) ||
           !differentiableUse.contains(t.name()))
         continue;
       bool isBuffer = gi.bufferNames.contains(t.name());
+      if (!isBuffer && !implicitReads && !lossDeps.contains(t.name()))
+        continue;
       stateArgs.push_back({t.name(), isBuffer ? "buffer" : "param"});
     }
     // Parameters first, then buffers.
