@@ -109,7 +109,15 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
     if (allFusable &&
         bodySize(cast<linalg::GenericOp>(producer)) <= maxRecomputeOps)
       return Fusion::Recompute;
-    return allAfter ? Fusion::MultiResult : Fusion::None;
+    // fuseElementwiseOps fuses through `operand` only: another operand of
+    // the consumer that reads the producer stays an input of the fused op,
+    // and redirecting it to the fused op's own result would make the op
+    // read itself.
+    bool onlyThrough =
+        llvm::all_of(consumer->getOpOperands(), [&](OpOperand &o) {
+          return &o == &operand || o.get().getDefiningOp() != producer;
+        });
+    return allAfter && onlyThrough ? Fusion::MultiResult : Fusion::None;
   }
 
   void runOnOperation() override {

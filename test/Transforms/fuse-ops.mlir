@@ -211,3 +211,37 @@ func.func @user_before_consumer(%h: tensor<4x8xf32>, %w: tensor<8x3xf32>, %acc: 
   } -> tensor<4x8xf32>
   return %1, %2 : tensor<4x3xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// A consumer that reads two results of one producer (s and t of a
+// multi-result kernel, both also returned): fusing through one operand
+// would leave the other reading the producer, and redirecting that to the
+// fused op's own result would make it read itself. It stays a separate op.
+// CHECK-LABEL: func.func @consumer_reads_two_results(
+// CHECK: %[[P:.*]]:2 = linalg.generic
+// CHECK: %[[Y:.*]] = linalg.generic {{.*}} ins(%[[P]]#{{[01]}}, %[[P]]#{{[01]}} :
+// CHECK: return %[[Y]], %[[P]]#
+#id3 = affine_map<(d0) -> (d0)>
+func.func @consumer_reads_two_results(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %e = tensor.empty() : tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel"]}
+      ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.negf %a : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  %t = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel"]}
+      ins(%s : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  %y = linalg.generic {indexing_maps = [#id3, #id3, #id3], iterator_types = ["parallel"]}
+      ins(%s, %t : tensor<8xf32>, tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  return %y, %s, %t : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}

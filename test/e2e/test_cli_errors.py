@@ -303,6 +303,38 @@ def test_one_tensor_as_several_outputs(ddpc, tmp_path):
             np.testing.assert_array_equal(np.load(tmp_path / target / f"{name}.npy"), ref)
 
 
+@pytest.mark.parametrize("outs", [("y", "s", "t"), ("y", "t"), ("t", "y"), ("s", "t", "y")])
+@pytest.mark.parametrize("ops", [("Neg", "Neg", "Add"), ("Exp", "Tanh", "Mul")])
+def test_chain_of_intermediate_outputs(ddpc, tmp_path, ops, outs):
+    """s = f(x), t = g(s), y = s (op) t, with s and t graph outputs too: the
+    consumer y reads two results of the multi-result kernel that computes s
+    and t. Fusing through one operand redirected the other to the fused
+    op's own result (a cycle: heap corruption at compile time). onnxruntime
+    oracle, CPU and cuda-emulate."""
+    import onnxruntime as ort
+    f, g, op = ops
+    graph = helper.make_graph(
+        [helper.make_node(f, ["x"], ["s"]), helper.make_node(g, ["s"], ["t"]),
+         helper.make_node(op, ["s", "t"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in outs])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "m.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    for target in ("cpu", "cuda-emulate"):
+        proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target)
+        assert proc.returncode == 0, proc.stderr
+        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
+                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        for name, ref in zip(outs, want):
+            np.testing.assert_allclose(np.load(tmp_path / target / f"{name}.npy"), ref,
+                                       rtol=1e-6, atol=1e-6, err_msg=f"{target} {name}")
+
+
 def test_clip_without_bounds_maps_infinities_to_the_largest_float(ddpc, tmp_path):
     """ONNX Clip-11+: a missing min/max is the type's lowest/largest value,
     so +-inf become +-FLT_MAX (onnxruntime oracle); they stayed infinite."""

@@ -36,8 +36,9 @@ def FuseOpsPass : Pass<"ddpc-fuse-ops", "mlir::func::FuncOp"> {
         has at most `maxRecomputeOps` operations and every use of every
         result can take it, so that it is never written;
       * otherwise, when all its other users come after the consumer in the
-        block, the fused op also yields the producer's results and those
-        users read them (one multi-result kernel, nothing computed twice);
+        block and the consumer reads it through one operand only, the fused
+        op also yields the producer's results and those users read them
+        (one multi-result kernel, nothing computed twice);
       * otherwise (a user before the consumer cannot take it: the next
         layer's GEMM reading a ReLU output that the backward pass reads
         again) it is not fused: its result is written anyway, and
