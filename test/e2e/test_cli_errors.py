@@ -278,6 +278,21 @@ def test_fifo_reader_that_stops_early(ddpc, tmp_path):
     assert not list(tmpdir.iterdir())
 
 
+def assert_outputs_on_both_targets(ddpc, tmp_path, names, want, tol):
+    """Compiles tmp_path/m.onnx for the CPU and cuda-emulate targets, runs
+    each on tmp_path/x.npy (input 'x'), and compares outputs `names` with
+    `want` (the oracle's, in order) within `tol` (0: bitwise)."""
+    for target in ("cpu", "cuda-emulate"):
+        proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target)
+        assert proc.returncode == 0, proc.stderr
+        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
+                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        for name, ref in zip(names, want):
+            np.testing.assert_allclose(np.load(tmp_path / target / f"{name}.npy"), ref,
+                                       rtol=tol, atol=tol, err_msg=f"{target} {name}")
+
+
 def test_one_tensor_as_several_outputs(ddpc, tmp_path):
     """Relu -> r, Identity(r) -> r2, Identity(r) -> r3: one tensor under
     three output names (compiling crashed in buffer-results-to-out-params)."""
@@ -293,14 +308,7 @@ def test_one_tensor_as_several_outputs(ddpc, tmp_path):
     np.save(tmp_path / "x.npy", x)
     want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})
-    for target in ("cpu", "cuda-emulate"):
-        proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target)
-        assert proc.returncode == 0, proc.stderr
-        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
-                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        for name, ref in zip(("r", "r2", "r3"), want):
-            np.testing.assert_array_equal(np.load(tmp_path / target / f"{name}.npy"), ref)
+    assert_outputs_on_both_targets(ddpc, tmp_path, ("r", "r2", "r3"), want, 0)
 
 
 @pytest.mark.parametrize("outs", [("y", "s", "t"), ("y", "t"), ("t", "y"), ("s", "t", "y")])
@@ -324,15 +332,7 @@ def test_chain_of_intermediate_outputs(ddpc, tmp_path, ops, outs):
     np.save(tmp_path / "x.npy", x)
     want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})
-    for target in ("cpu", "cuda-emulate"):
-        proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target)
-        assert proc.returncode == 0, proc.stderr
-        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
-                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        for name, ref in zip(outs, want):
-            np.testing.assert_allclose(np.load(tmp_path / target / f"{name}.npy"), ref,
-                                       rtol=1e-6, atol=1e-6, err_msg=f"{target} {name}")
+    assert_outputs_on_both_targets(ddpc, tmp_path, outs, want, 1e-6)
 
 
 def test_clip_without_bounds_maps_infinities_to_the_largest_float(ddpc, tmp_path):
