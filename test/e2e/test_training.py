@@ -536,3 +536,39 @@ def test_two_inputs_without_label_input_says_how(ddpc, tmp_path):
     assert proc.returncode == 1
     assert "more than one data input ('x', 't')" in proc.stderr, proc.stderr
     assert "with --loss output --label-input NAME" in proc.stderr, proc.stderr
+
+
+def test_initializers_reaching_the_loss_only_as_indices_or_shapes_stay_fixed(ddpc, tmp_path):
+    """Float initializers that reach the first output only through
+    non-differentiable paths (Shape, a Cast to int64 used as Gather indices,
+    a comparison feeding Where's condition) get no gradient in PyTorch, so
+    no update and no weight decay; 'zero' (also Where's else-branch) and W
+    do train. Decaying the index tensor would eventually change the model."""
+    rng = np.random.default_rng(3)
+    inits = {"Wshape": np.zeros((2, 4), np.float32), "Fidx": np.array([3, 2, 1, 0], np.float32),
+             "thr": np.array(0.5, np.float32), "zero": np.array(0.1, np.float32),
+             "W": rng.standard_normal((4, C)).astype(np.float32)}
+    g = helper.make_graph(
+        [helper.make_node("Shape", ["Wshape"], ["shp"]),
+         helper.make_node("Slice", ["shp", "one", "two"], ["last"]),
+         helper.make_node("Concat", ["m1", "last"], ["newshape"], axis=0),
+         helper.make_node("Reshape", ["x", "newshape"], ["xr"]),
+         helper.make_node("Cast", ["Fidx"], ["idx"], to=TensorProto.INT64),
+         helper.make_node("Gather", ["xr", "idx"], ["xg"], axis=1),
+         helper.make_node("Greater", ["thr", "zero"], ["mask"]),
+         helper.make_node("MatMul", ["xg", "W"], ["h"]),
+         helper.make_node("Where", ["mask", "h", "zero"], ["logits"])], "indices",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()] +
+        [numpy_helper.from_array(np.array([v], np.int64), k)
+         for k, v in (("one", 1), ("two", 2), ("m1", -1))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    report = json.loads(subprocess.run(
+        [ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+         "--emit=mlir", "-o", str(tmp_path / "m.mlir"), "--report=json"],
+        capture_output=True, text=True, check=True).stdout)
+    got = {p["name"]: p["trainable"] for p in report["parameters"] if p["name"] in inits}
+    assert got == {"Wshape": False, "Fidx": False, "thr": False, "zero": True, "W": True}, got

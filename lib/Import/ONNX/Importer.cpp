@@ -745,14 +745,42 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
         implicitReads |= attr.has_g() || attr.graphs_size() > 0;
     if (graph.output_size() > 0)
       lossDeps.insert(graph.output(0).name());
+    // Only float values carry gradients: a node whose outputs are integers
+    // or booleans (Shape, comparisons, ArgMax, a Cast to an integer type)
+    // passes none back, and index and shape operands (Gather's indices,
+    // Where's condition, Reshape's shape, ...) receive none.
+    auto integerResults = [](const onnx::NodeProto &n) {
+      StringRef op = n.op_type();
+      if (op == "Cast" || op == "CastLike")
+        for (const auto &a : n.attribute())
+          if (a.name() == "to")
+            return !isFloatDType(a.i());
+      return llvm::is_contained({"Shape", "Size", "Equal", "Less",
+                                 "LessOrEqual", "Greater", "GreaterOrEqual",
+                                 "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
+                                 "ArgMax", "ArgMin", "NonZero"},
+                                op);
+    };
+    auto indexSlot = [](const onnx::NodeProto &n, int i) {
+      StringRef op = n.op_type();
+      if (op == "Where")
+        return i == 0;
+      return i >= 1 &&
+             llvm::is_contained(
+                 {"Gather", "GatherElements", "GatherND", "Reshape", "Expand",
+                  "Slice", "Tile", "Squeeze", "Unsqueeze", "ReduceSum",
+                  "ReduceMean", "ReduceMax", "ReduceMin", "TopK", "OneHot"},
+                 op);
+    };
     for (int n = graph.node_size() - 1; n >= 0; --n) {
       const auto &node = graph.node(n);
-      if (llvm::none_of(node.output(), [&](const std::string &o) {
+      if (integerResults(node) ||
+          llvm::none_of(node.output(), [&](const std::string &o) {
             return lossDeps.contains(o);
           }))
         continue;
       for (int i = 0; i < node.input_size(); ++i)
-        if (!configSlot(node, i))
+        if (!configSlot(node, i) && !indexSlot(node, i))
           lossDeps.insert(node.input(i));
     }
     for (const auto &t : graph.initializer()) {
