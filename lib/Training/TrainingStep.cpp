@@ -319,6 +319,23 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
             "none reaches the first output)";
     return failure();
   }
+  // --label-input: checked before the inputs are classified, whose errors
+  // would otherwise hide a misspelled name or the wrong loss.
+  if (!opts.labelInput.empty()) {
+    if (opts.loss != "output") {
+      error = "--label-input with --loss " + opts.loss +
+              " is not supported (labels are a separate input; --label-input "
+              "is for --loss output)";
+      return failure();
+    }
+    if (llvm::none_of(inputIdx, [&](unsigned i) {
+          return argName(fwdTrain, i) == opts.labelInput;
+        })) {
+      error =
+          "--label-input " + opts.labelInput + ": no graph input of that name";
+      return failure();
+    }
+  }
   // The data input and, when --label-input names a graph input, the labels.
   int dataArg = -1, labelArg = -1;
   for (unsigned i : inputIdx) {
@@ -339,11 +356,6 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     error = "the model has no data input";
     return failure();
   }
-  if (!opts.labelInput.empty() && labelArg < 0 && opts.loss == "output") {
-    error =
-        "--label-input " + opts.labelInput + ": no graph input of that name";
-    return failure();
-  }
   auto dataType = cast<RankedTensorType>(fty.getInput(dataArg));
   if (!dataType.getElementType().isF32()) {
     error = "the data input must be float32";
@@ -355,6 +367,16 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
 
   // Labels.
   RankedTensorType labelType;
+  if ((opts.loss == "cross-entropy" || opts.loss == "mse") &&
+      (outType.getRank() == 0 || outType.getDimSize(0) != B)) {
+    std::string shape;
+    for (int64_t d : outType.getShape())
+      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    error = "--loss " + opts.loss + ": the first output has shape [" + shape +
+            "], but its leading dimension must be the per-rank batch (" +
+            std::to_string(B) + ", the data input's)";
+    return failure();
+  }
   if (opts.loss == "cross-entropy") {
     if (outType.getRank() != 2 || !outType.getElementType().isF32()) {
       error = "--loss cross-entropy needs float32 logits [batch, classes]; "
@@ -383,11 +405,6 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   } else {
     error = "unknown --loss '" + opts.loss +
             "' (supported: cross-entropy, mse, output)";
-    return failure();
-  }
-  if (labelArg >= 0 && opts.loss != "output") {
-    error = "--label-input with --loss " + opts.loss +
-            " is not supported (labels are a separate input)";
     return failure();
   }
 

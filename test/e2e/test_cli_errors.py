@@ -401,3 +401,19 @@ def test_killed_while_waiting_for_fifo_reader_leaves_no_temporary(ddpc, tmp_path
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM
     assert not list(tmpdir.iterdir())
+
+
+def test_hardsigmoid_keeps_nan(ddpc, tmp_path):
+    """HardSigmoid clamps with NaN-propagating max/min, as onnxruntime does
+    (it mapped NaN to 0)."""
+    import onnxruntime as ort
+    g = helper.make_graph([helper.make_node("HardSigmoid", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    x = np.array([[np.nan, -10, -1], [0, 1, np.inf]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    assert np.isnan(want[0][0, 0])
+    assert_outputs_on_both_targets(ddpc, tmp_path, ("y",), want, 0)

@@ -572,3 +572,39 @@ def test_initializers_reaching_the_loss_only_as_indices_or_shapes_stay_fixed(ddp
         capture_output=True, text=True, check=True).stdout)
     got = {p["name"]: p["trainable"] for p in report["parameters"] if p["name"] in inits}
     assert got == {"Wshape": False, "Fidx": False, "thr": False, "zero": True, "W": True}, got
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--loss", "output", "--label-input", "nope"], "--label-input nope: no graph input of that name"),
+    (["--loss", "mse", "--label-input", "t"], "--label-input with --loss mse is not supported"),
+])
+def test_label_input_mistakes_are_named(ddpc, tmp_path, args, needle):
+    """A misspelled --label-input, or one with a loss that takes separate
+    labels, is named as such (they reported 'more than one data input' or
+    'no data input' instead)."""
+    loss_output_model(tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+                           *args, "-o", str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+
+
+def test_output_not_batched_like_the_data_is_an_error(ddpc, tmp_path):
+    """logits computed from weights only ([5, 3] while the batch is 4) got
+    an internal error from the verifier; now a message naming the shapes."""
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["W1", "W2"], ["logits"]),
+         helper.make_node("Identity", ["x"], ["xi"])], "nobatch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [5, 3]),
+         helper.make_tensor_value_info("xi", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(rng.standard_normal((5, 6)).astype(np.float32), "W1"),
+         numpy_helper.from_array(rng.standard_normal((6, 3)).astype(np.float32), "W2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
+                           "-o", str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert ("the first output has shape [5,3], but its leading dimension must be the "
+            "per-rank batch (4" in proc.stderr), proc.stderr

@@ -522,8 +522,10 @@ void registerElementwiseOps(OpRegistry &r) {
             arith::MulFOp::create(
                 b, l, scalarConst(b, l, t, ctx.attrFloat("alpha", 0.2f)), x),
             scalarConst(b, l, t, ctx.attrFloat("beta", 0.5f)));
-        v = arith::MaxNumFOp::create(b, l, v, scalarConst(b, l, t, 0.0));
-        return arith::MinNumFOp::create(b, l, v, scalarConst(b, l, t, 1.0));
+        // NaN-propagating, as onnxruntime and PyTorch (maxnumf would map
+        // NaN to 0).
+        v = arith::MaximumFOp::create(b, l, v, scalarConst(b, l, t, 0.0));
+        return arith::MinimumFOp::create(b, l, v, scalarConst(b, l, t, 1.0));
       },
       true);
   addSameType(r, "Sign", [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
