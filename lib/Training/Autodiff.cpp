@@ -16,6 +16,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -316,11 +317,7 @@ bool isImportedRelu(linalg::GenericOp op) {
     return false;
   Block &body = op.getRegion().front();
   Value x = body.getArgument(0);
-  auto isZero = [](Value v) {
-    auto c = v.getDefiningOp<arith::ConstantOp>();
-    auto f = c ? dyn_cast<FloatAttr>(c.getValue()) : FloatAttr();
-    return f && f.getValue().isZero();
-  };
+  auto isZero = [](Value v) { return matchPattern(v, m_AnyZeroFloat()); };
   auto cmpOf = [&](Value v, arith::CmpFPredicate p, bool withZero) {
     auto c = v.getDefiningOp<arith::CmpFOp>();
     return c && c.getPredicate() == p && c.getLhs() == x &&
@@ -360,20 +357,16 @@ ResultDerivative resultDerivative(linalg::GenericOp op) {
   Value y = body.getTerminator()->getOperand(0);
   if (auto t = y.getDefiningOp<math::TanhOp>(); t && t.getOperand() == x)
     return ResultDerivative::Tanh;
-  auto isOne = [](Value v) {
-    auto c = v.getDefiningOp<arith::ConstantOp>();
-    auto f = c ? dyn_cast<FloatAttr>(c.getValue()) : FloatAttr();
-    return f && f.getValue().isExactlyValue(1.0);
-  };
+  // 1 / (1 + exp(-x)), the add's operands in either order.
+  auto isOne = [](Value v) { return matchPattern(v, m_OneFloat()); };
   auto div = y.getDefiningOp<arith::DivFOp>();
   auto add = div ? div.getRhs().getDefiningOp<arith::AddFOp>() : nullptr;
-  if (!div || !isOne(div.getLhs()) || !add)
+  if (!div || !isOne(div.getLhs()) || !add ||
+      !(isOne(add.getLhs()) || isOne(add.getRhs())))
     return ResultDerivative::None;
   Value e = isOne(add.getLhs()) ? add.getRhs() : add.getLhs();
   auto exp = e.getDefiningOp<math::ExpOp>();
   auto neg = exp ? exp.getOperand().getDefiningOp<arith::NegFOp>() : nullptr;
-  if (!isOne(add.getLhs()) && !isOne(add.getRhs()))
-    return ResultDerivative::None;
   return neg && neg.getOperand() == x ? ResultDerivative::Sigmoid
                                       : ResultDerivative::None;
 }
