@@ -165,6 +165,10 @@ def test_output_through_symlink_keeps_the_link(ddpc, tmp_path):
     (["--dim", "N=3", "--batch-size", "2"], "--batch-size 2 conflicts with --dim N=3"),
     (["--train", "--lr", "-1", "--batch-size", "2"], "--lr (TrainConfig.lr) must be a finite float32 >= 0, got -1"),
     (["--dump-ir", ""], "--dump-ir needs a folder name"),
+    (["--train", "--loss", "mse", "--batch-size", "2", "--freeze", ""],
+     "--freeze: empty initializer name"),
+    (["--train", "--loss", "mse", "--batch-size", "2", "--freeze", "w,"],
+     "--freeze: empty initializer name"),
 ])
 def test_bad_options_are_named(ddpc, tmp_path, args, needle):
     model = relu_model(tmp_path / "m.onnx", dims=("N", 3))
@@ -224,6 +228,18 @@ def test_newer_opset_than_onnx_knows_exit_2(ddpc, tmp_path):
     assert_clean_failure(proc, tmp_path / "prog", 2, "opset 99 is newer than the newest")
     ok = compile_model(ddpc, relu_model(tmp_path / "m27.onnx", opset=27), tmp_path / "p27")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_output_listed_twice(ddpc, tmp_path):
+    """An output name listed twice compiled, and the program then refused to
+    write its second copy; it is now a compile error naming the output."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])] * 2)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
+    assert_clean_failure(proc, tmp_path / "prog", 1, "graph output 'y' is listed twice")
 
 
 def test_graph_without_outputs(ddpc, tmp_path):

@@ -797,6 +797,12 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                      [](const auto &a, const auto &b) {
                        return a.second == "param" && b.second == "buffer";
                      });
+    if (llvm::is_contained(options.frozen, "")) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--freeze: empty initializer name; give a "
+                    "comma-separated list such as --freeze=w1,b1");
+      return nullptr;
+    }
     for (const auto &f : options.frozen)
       if (!initNames.contains(f)) {
         (void)gi.fail(ImportErrorKind::Invalid,
@@ -918,7 +924,17 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   }
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
+  llvm::StringSet<> outputNames;
   for (const auto &vi : graph.output()) {
+    // Programs name their outputs (files, Python dicts) by graph output
+    // name, so a name listed twice could not be told apart.
+    if (!outputNames.insert(vi.name()).second) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "invalid model: graph output '" + vi.name() +
+                        "' is listed twice; output names must be unique "
+                        "(add an Identity node for the second copy)");
+      return nullptr;
+    }
     if (!gi.values.count(vi.name()) && !gi.constants.count(vi.name())) {
       (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph output '" +
                                                   vi.name() +
