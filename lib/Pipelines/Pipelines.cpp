@@ -78,6 +78,7 @@ void buildGPULoopPipeline(OpPassManager &pm) {
           "ddpc-split-reductions,"
           "convert-linalg-to-parallel-loops,"
           "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
+          "ddpc-merge-parallel-loops,"
           "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
           "no-min-max-bounds})");
 }

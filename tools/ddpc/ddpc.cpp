@@ -283,14 +283,20 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
     if (const json::Array *fns = cuda->getArray("functions"))
       for (const json::Value &v : *fns) {
         const json::Object *f = v.getAsObject();
-        os << "    " << f->getString("name").value_or("") << ": "
-           << f->getInteger("kernel_launches").value_or(0)
-           << " kernel launches, " << f->getInteger("cublas_gemms").value_or(0)
-           << " cuBLAS GEMMs";
+        auto count = [&](int64_t n, StringRef one, StringRef many) {
+          os << n << " " << (n == 1 ? one : many);
+        };
+        os << "    " << f->getString("name").value_or("") << ": ";
+        count(f->getInteger("kernel_launches").value_or(0), "kernel launch",
+              "kernel launches");
+        os << ", ";
+        count(f->getInteger("cublas_gemms").value_or(0), "cuBLAS GEMM",
+              "cuBLAS GEMMs");
         if (int64_t e = f->getInteger("cublaslt_epilogue_gemms").value_or(0))
           os << " (" << e << " with a bias/ReLU epilogue)";
         if (int64_t c = f->getInteger("cudnn_convolutions").value_or(0)) {
-          os << ", " << c << " cuDNN convolutions";
+          os << ", ";
+          count(c, "cuDNN convolution", "cuDNN convolutions");
           if (int64_t e =
                   f->getInteger("cudnn_epilogue_convolutions").value_or(0))
             os << " (" << e << " with a bias/ReLU epilogue)";

@@ -396,6 +396,41 @@ def CollapseParallelLoopsPass : Pass<"ddpc-collapse-parallel-loops", "mlir::func
   ];
 }
 
+def MergeParallelLoopsPass : Pass<"ddpc-merge-parallel-loops", "mlir::func::FuncOp"> {
+  let summary = "Merge independent consecutive 1-d scf.parallel loops into one (horizontal fusion)";
+  let description = [{
+    `ddpc-merge-parallel-loops` (func.func, after
+    ddpc-collapse-parallel-loops, before tiling). Each outermost
+    scf.parallel becomes one GPU kernel launch, and many are tiny: the
+    per-channel work of BatchNorm (zero fills of the statistics, mean,
+    inverse standard deviation, running statistics) runs 64 to 512 threads.
+    Consecutive outermost 1-d loops of one block (without results, with
+    constant bounds) that are independent through memory (none writes a
+    buffer another reads or writes: `mayAlias` of LibraryCalls.h, i.e.
+    distinct allocations, disjoint ddpc-plan-arena byte ranges, distinct
+    entry-function arguments) become one loop over the concatenated
+    iteration spaces, `scf.if (%i < n1) {body1} else {body2(%i - n1)}`,
+    placed where the last of them was. Between the loops only ops without
+    memory effects, allocations and deallocations of buffers they do not
+    touch may stand (the earlier loops move down past them); a library
+    call, a host memory access or a loop with unknown effects ends a group.
+    The idea is XLA's horizontal loop fusion (also Li et al., "Automatic
+    Horizontal Fusion for GPU Kernels", CGO 2022).
+  }];
+  let options = [
+    Option<"maxLoops", "max-loops", "int64_t", /*default=*/"64",
+           "Most loops merged into one">
+  ];
+  let statistics = [
+    Statistic<"numMerged", "merged-loops", "Loops made by merging">,
+    Statistic<"numLoopsMerged", "loops-merged-away", "Loops merged into others (including the first of each group)">
+  ];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect",
+    "mlir::scf::SCFDialect"
+  ];
+}
+
 def GPUHostSyncPass : Pass<"ddpc-gpu-host-sync", "mlir::ModuleOp"> {
   let summary = "Wait for the compute stream before host memory accesses that follow device work, and before returns";
   let description = [{
