@@ -169,10 +169,23 @@ public:
           math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, mul(x, x)));
       add(x, mul(g, mul(c(1.1283791670955126), e)));
     } else if (isa<math::PowFOp>(op)) {
+      // d/dx = p x^(p-1), but 0 where p == 0 (x^0 is constant, also at
+      // x = 0, where p x^-1 would be 0 * inf); d/dp = y log x, but 0 where
+      // x == 0 and p >= 0 (0^p is constant for p > 0, where 0 * log 0
+      // would be NaN). PyTorch's pow_backward uses the same masks.
       Value x = op->getOperand(0), p = op->getOperand(1);
       Value pm1 = arith::SubFOp::create(b, loc, p, c(1.0));
-      add(x, scaled(mul(g, mul(p, math::PowFOp::create(b, loc, x, pm1)))));
-      add(p, scaled(mul(g, mul(y, math::LogOp::create(b, loc, x)))));
+      Value pIsZero =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, p, zero);
+      add(x, sel(pIsZero, zero,
+                 scaled(mul(g, mul(p, math::PowFOp::create(b, loc, x, pm1))))));
+      Value xIsZero =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, x, zero);
+      Value pNonNegative =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, p, zero);
+      Value constantInP = arith::AndIOp::create(b, loc, xIsZero, pNonNegative);
+      add(p, sel(constantInP, zero,
+                 scaled(mul(g, mul(y, math::LogOp::create(b, loc, x))))));
     } else if (isa<math::AbsFOp>(op)) {
       Value x = op->getOperand(0);
       Value neg =

@@ -137,6 +137,29 @@ def test_pow():
     check_gradients(m, ins, np.random.default_rng(3), positive=("a",))
 
 
+def test_pow_at_zero_base_and_zero_exponent():
+    """Pow's gradient where the plain formulas give 0 * inf or 0 * log 0.
+    x^0 is constant in x (also at x = 0), so d/dx = 0 where p = 0; 0^p is
+    constant in p for p > 0, so d/dp = 0 where x = 0 and p >= 0 (PyTorch's
+    pow_backward uses the same masks). Elsewhere the oracle is the formula
+    in numpy float64: p x^(p-1) and x^p log x."""
+    x = np.array([0, 0, 0, 0, 2, 2, 0.5, 3], np.float64)
+    p = np.array([2, 0, 0.5, 3, 0, 1.5, -1, 2], np.float64)
+    ins = [("x", [x.size]), ("p", [p.size])]
+    m = model([helper.make_node("Pow", ["x", "p"], ["y"])], ins, [("y", [x.size])])
+    ct = np.linspace(0.5, 1.5, x.size)
+    res = ddpc.compile(m, vjp=True, onnx_checker=False).run({"x": x, "p": p, "d_y": ct})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx = np.where(p == 0, 0.0, p * np.power(x, p - 1)) * ct
+        dp = np.where((x == 0) & (p >= 0), 0.0, np.power(x, p) * np.log(x)) * ct
+    np.testing.assert_allclose(res["y"], np.power(x, p))
+    # 0^0.5 has an infinite slope in x; everything else is finite.
+    assert np.isinf(res["d_x"][2]) and np.isinf(dx[2])
+    finite = np.arange(x.size) != 2
+    np.testing.assert_allclose(res["d_x"][finite], dx[finite], rtol=1e-12)
+    np.testing.assert_allclose(res["d_p"], dp, rtol=1e-12)
+
+
 def test_leaky_relu_gelu_clip():
     nodes = [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1),
              helper.make_node("Gelu", ["a"], ["b"]),
