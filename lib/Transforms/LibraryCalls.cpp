@@ -61,7 +61,17 @@ bool mayAlias(Value x, Value y) {
   };
   auto refOf = [](Value v) {
     Ref r;
-    v = reshapeSource(v);
+    // Subviews, reshapes and casts stay within their source's memory, so
+    // the byte range of the ddpc-plan-arena view they lie in bounds them.
+    while (true) {
+      v = reshapeSource(v);
+      if (auto sub = v.getDefiningOp<memref::SubViewOp>())
+        v = sub.getSource();
+      else if (auto cast = v.getDefiningOp<memref::CastOp>())
+        v = cast.getSource();
+      else
+        break;
+    }
     if (auto view = v.getDefiningOp<memref::ViewOp>()) {
       MemRefType t = view.getType();
       std::optional<int64_t> offset = getConstantIntValue(view.getByteShift());

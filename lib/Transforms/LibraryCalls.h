@@ -39,7 +39,8 @@ mlir::Value reshapeSource(mlir::Value v);
 
 /// Whether buffers `x` and `y` may share memory. Distinct allocations do
 /// not; views of one allocation (ddpc-plan-arena's memref.view at constant
-/// byte offsets) do only when their byte ranges overlap; globals alias only
+/// byte offsets, and subviews, reshapes and casts of such a view, which lie
+/// within its bytes) do only when their byte ranges overlap; globals alias only
 /// themselves; distinct buffer
 /// arguments of a public (entry) function do not (the runtime allocates
 /// each, ModelABI.h); other function arguments may alias each other

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LibraryCalls.h"
+#include "RuntimeCalls.h"
 #include "ddpc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -25,8 +26,10 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <functional>
@@ -79,14 +82,35 @@ struct Accesses {
   }
 };
 
-/// Every memory effect of the ops nested in `root`. Unknown when an
-/// op has effects that are not on a named memref (a call, say), or that
-/// allocate or free memory that outlives it.
+/// Whether `call` is a GEMM or convolution library call (RuntimeCalls.h),
+/// which touches only the buffers it is passed as pointers.
+bool isLibraryCall(func::CallOp call) {
+  StringRef callee = call.getCallee();
+  return callee == kGemmFn || callee == kGemmEpilogueFn || callee == kConvFn ||
+         callee == kConvEpilogueFn;
+}
+
+/// Every memory effect of `root` and the ops nested in it. A GEMM or
+/// convolution library call is taken to read and write every buffer it
+/// is passed (pointerSource); its other arguments must be constants.
+/// Unknown when an op has effects that are not on a named memref (another
+/// call, say), or that allocate or free memory that outlives `root`.
 Accesses accessesOf(Operation *root) {
   Accesses acc;
   root->walk([&](Operation *op) {
-    if (op == root || op->hasTrait<OpTrait::HasRecursiveMemoryEffects>())
+    if (op->hasTrait<OpTrait::HasRecursiveMemoryEffects>())
       return; // Nested ops are visited themselves.
+    if (auto call = dyn_cast<func::CallOp>(op); call && isLibraryCall(call)) {
+      for (Value arg : call.getOperands()) {
+        if (Value buffer = pointerSource(arg)) {
+          acc.reads.insert(buffer);
+          acc.writes.insert(buffer);
+        } else if (!getConstantIntValue(arg)) {
+          acc.known = false;
+        }
+      }
+      return;
+    }
     auto iface = dyn_cast<MemoryEffectOpInterface>(op);
     if (!iface) {
       acc.known = false;
@@ -137,6 +161,27 @@ std::optional<int64_t> tripCount(scf::ParallelOp loop) {
   if (!lb || !ub || !step || *step <= 0 || *ub <= *lb)
     return std::nullopt;
   return (*ub - *lb + *step - 1) / *step;
+}
+
+/// The kernel parameters `loop` will take once outlined: the values it uses
+/// from outside, except constants (gpu-kernel-outlining sinks those into
+/// the kernel).
+void addKernelArguments(scf::ParallelOp loop, llvm::SetVector<Value> &args) {
+  llvm::SetVector<Value> used;
+  getUsedValuesDefinedAbove(loop.getRegion(), loop.getRegion(), used);
+  for (Value v : used)
+    if (!matchPattern(v, m_Constant()))
+      args.insert(v);
+}
+
+/// An upper bound of the parameter bytes of a kernel taking `args`: a
+/// memref is two pointers (the bare-pointer convention passes the
+/// allocated and aligned pointers), anything else at most 8 bytes.
+int64_t kernelParamBytes(const llvm::SetVector<Value> &args) {
+  int64_t bytes = 0;
+  for (Value v : args)
+    bytes += isa<MemRefType>(v.getType()) ? 16 : 8;
+  return bytes;
 }
 
 /// Clones `loop`'s body at `b`'s insertion point for the merged loop's
@@ -231,6 +276,7 @@ struct MergeParallelLoopsPass
     SmallVector<scf::ParallelOp> group;
     SmallVector<int64_t> trips;
     Accesses groupAcc;
+    llvm::SetVector<Value> groupArgs;
     auto flush = [&] {
       if (group.size() > 1) {
         mergeGroup(group, trips);
@@ -240,6 +286,14 @@ struct MergeParallelLoopsPass
       group.clear();
       trips.clear();
       groupAcc = Accesses();
+      groupArgs.clear();
+    };
+    // Whether the group's kernel, with `loop` added, stays within
+    // maxParamBytes of parameters.
+    auto paramsFit = [&](scf::ParallelOp loop) {
+      llvm::SetVector<Value> args = groupArgs;
+      addKernelArguments(loop, args);
+      return kernelParamBytes(args) <= maxParamBytes;
     };
     for (Operation &op : llvm::make_early_inc_range(block)) {
       if (auto loop = dyn_cast<scf::ParallelOp>(op)) {
@@ -249,26 +303,26 @@ struct MergeParallelLoopsPass
           flush();
           continue;
         }
-        if (group.empty() || (group.size() < static_cast<size_t>(maxLoops) &&
-                              independent(groupAcc, acc))) {
-          group.push_back(loop);
-          trips.push_back(*trip);
-          groupAcc.append(acc);
-          continue;
-        }
-        flush();
+        if (!group.empty() && (group.size() >= static_cast<size_t>(maxLoops) ||
+                               !independent(groupAcc, acc) || !paramsFit(loop)))
+          flush();
         group.push_back(loop);
         trips.push_back(*trip);
-        groupAcc = acc;
+        groupAcc.append(acc);
+        addKernelArguments(loop, groupArgs);
         continue;
       }
       // The group's loops move down to the last one, past ops that touch
       // no memory and past fresh allocations; a dealloc of a buffer the
-      // group does not touch is also harmless.
+      // group does not touch is also harmless, and so is a library call
+      // (with its fallback code) that is independent of the group.
       if (isMemoryEffectFree(&op) || isa<memref::AllocOp>(op))
         continue;
       if (auto dealloc = dyn_cast<memref::DeallocOp>(op);
           dealloc && !groupAcc.touches(dealloc.getMemref()))
+        continue;
+      if (isa<func::CallOp, scf::IfOp>(op) && !group.empty() &&
+          independent(groupAcc, accessesOf(&op)))
         continue;
       flush();
     }

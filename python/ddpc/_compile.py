@@ -6,6 +6,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
@@ -30,9 +31,40 @@ class CompileError(Exception):
     """
 
     def __init__(self, message: str, unsupported: bool = False) -> None:
-        super().__init__(message)
+        hint = _python_names(message)
+        super().__init__(f"{message} [in Python: {hint}]" if hint else message)
         self.message = message
         self.unsupported = unsupported
+
+
+#: Python spellings of the CLI options that compile errors name.
+_CLI_TO_PYTHON = {
+    "--batch-size": "batch_size=",
+    "--dim": "dims={name: value}",
+    "--bind-input": "bind_inputs=",
+    "--target": "target=",
+    "--cuda-arch": "cuda_arch=",
+    "--dump-ir": "dump_ir=",
+    "--vjp": "vjp=True",
+    "--train": "train=TrainConfig(...)",
+    "--loss": "TrainConfig.loss",
+    "--label-input": "TrainConfig.label_input",
+    "--freeze": "TrainConfig.freeze",
+    "--optimizer": "TrainConfig.optimizer",
+}
+
+
+def _python_names(message: str) -> str:
+    """'--batch-size is batch_size=, ...' for the CLI options `message`
+    names that are spelled differently in Python ('' when none); options
+    already followed by their Python name in parentheses are skipped."""
+    seen = []
+    for m in re.finditer(r"(--[a-z][a-z-]*)(?![a-z-])( \(TrainConfig)?", message):
+        flag = m.group(1)
+        if m.group(2) or flag not in _CLI_TO_PYTHON or flag in seen:
+            continue
+        seen.append(flag)
+    return ", ".join(f"{f} is {_CLI_TO_PYTHON[f]}" for f in seen)
 
 
 _LOSSES = ("cross-entropy", "mse", "output")

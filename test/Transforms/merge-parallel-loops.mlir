@@ -1,5 +1,6 @@
 // RUN: ddpc-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(ddpc-merge-parallel-loops))' | FileCheck %s
 // RUN: ddpc-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(ddpc-merge-parallel-loops{max-loops=2}))' | FileCheck %s --check-prefix=MAX2
+// RUN: ddpc-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(ddpc-merge-parallel-loops{max-param-bytes=48}))' | FileCheck %s --check-prefix=PARAMS
 
 // Three independent loops over distinct entry-function arguments (sizes
 // 64, 128 and 6 with lower bound 4 and step 2), separated by ops without
@@ -70,6 +71,15 @@ func.func @independent(%a: memref<64xf32>, %b: memref<128xf32>, %c: memref<16xf3
 // MAX2: scf.parallel
 // MAX2-NOT: scf.parallel
 // MAX2: return
+
+// The first two loops take 3 memrefs (48 bytes of kernel parameters; the
+// constants are not counted), the third one more: it starts a new group.
+// PARAMS-LABEL: func.func @independent(
+// PARAMS: arith.constant 192 : index
+// PARAMS: scf.parallel
+// PARAMS: scf.parallel
+// PARAMS-NOT: scf.parallel
+// PARAMS: return
 
 // -----
 
@@ -233,5 +243,95 @@ func.func @tree(%a: memref<10xf32>, %b: memref<10xf32>, %c: memref<10xf32>, %d: 
     memref.store %zero, %d[%i] : memref<10xf32>
     scf.reduce
   }
+  return
+}
+
+// -----
+
+// A GEMM library call reads and writes only the buffers it is passed (as
+// pointers), so a loop moves down past an independent call and its
+// fallback (scf.if) to join the next loop; a call that writes what the
+// group reads ends the group. Subviews of arena views lie within the
+// view's bytes: the fallback's subview of [0, 256) does not touch
+// [256, 512).
+
+// CHECK-LABEL: func.func @past_calls(
+// CHECK: call @ddpc_gemm_f32
+// CHECK: scf.if
+// CHECK: memref.subview
+// CHECK: %[[END:.*]] = arith.constant 128 : index
+// CHECK-NEXT: scf.parallel (%{{.*}}) = (%{{.*}}) to (%[[END]])
+// CHECK: memref.store %{{.*}}, %arg3[
+// CHECK: } else {
+// CHECK: memref.store %{{.*}}, %arg4[
+// CHECK: call @ddpc_gemm_f32
+// CHECK: %[[END2:.*]] = arith.constant 32 : index
+// CHECK-NEXT: scf.parallel (%{{.*}}) = (%{{.*}}) to (%[[END2]])
+// CHECK: call @ddpc_gemm_f32
+// CHECK-NEXT: scf.parallel
+// CHECK-NEXT: memref.store %{{.*}}, %arg1[
+// CHECK-NOT: scf.parallel
+// CHECK: return
+func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32)
+func.func @past_calls(%a: memref<4x4xf32>, %b: memref<4x4xf32>, %c: memref<4x4xf32>, %x: memref<64xf32>, %y: memref<64xf32>, %done: i1) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %zero = arith.constant 0.0 : f32
+  %i0 = arith.constant 0 : i32
+  %n = arith.constant 4 : i64
+  %s = arith.constant 0 : i64
+  %arena = memref.alloc() : memref<512xi8>
+  %b0 = arith.constant 0 : index
+  %v0 = memref.view %arena[%b0][] : memref<512xi8> to memref<64xf32>
+  %b256 = arith.constant 256 : index
+  %v1 = memref.view %arena[%b256][] : memref<512xi8> to memref<64xf32>
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    memref.store %zero, %x[%i] : memref<64xf32>
+    %v = memref.load %v1[%i] : memref<64xf32>
+    memref.store %v, %v1[%i] : memref<64xf32>
+    scf.reduce
+  }
+  %pa = memref.extract_aligned_pointer_as_index %a : memref<4x4xf32> -> index
+  %pa64 = arith.index_cast %pa : index to i64
+  %pb = memref.extract_aligned_pointer_as_index %b : memref<4x4xf32> -> index
+  %pb64 = arith.index_cast %pb : index to i64
+  %pc = memref.extract_aligned_pointer_as_index %c : memref<4x4xf32> -> index
+  %pc64 = arith.index_cast %pc : index to i64
+  call @ddpc_gemm_f32(%n, %n, %n, %n, %i0, %i0, %pa64, %pb64, %pc64, %s, %s, %s, %i0) : (i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32) -> ()
+  scf.if %done {
+    %sub = memref.subview %v0[8] [16] [1] : memref<64xf32> to memref<16xf32, strided<[1], offset: 8>>
+    scf.parallel (%i) = (%c0) to (%c1) step (%c1) {
+      memref.store %zero, %sub[%i] : memref<16xf32, strided<[1], offset: 8>>
+      scf.reduce
+    }
+  }
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    memref.store %zero, %y[%i] : memref<64xf32>
+    scf.reduce
+  }
+  // Writes %a, which the next two loops read: they stay after it (and
+  // merge with each other).
+  call @ddpc_gemm_f32(%n, %n, %n, %n, %i0, %i0, %pb64, %pc64, %pa64, %s, %s, %s, %i0) : (i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32) -> ()
+  %a1 = memref.collapse_shape %a [[0, 1]] : memref<4x4xf32> into memref<16xf32>
+  %c16 = arith.constant 16 : index
+  scf.parallel (%i) = (%c0) to (%c16) step (%c1) {
+    %v = memref.load %a1[%i] : memref<16xf32>
+    memref.store %v, %x[%i] : memref<64xf32>
+    scf.reduce
+  }
+  // Reads %a, which the next call writes: this pair is not moved past it
+  // to the loop after the call.
+  scf.parallel (%i) = (%c0) to (%c16) step (%c1) {
+    %v = memref.load %a1[%i] : memref<16xf32>
+    memref.store %v, %y[%i] : memref<64xf32>
+    scf.reduce
+  }
+  call @ddpc_gemm_f32(%n, %n, %n, %n, %i0, %i0, %pb64, %pc64, %pa64, %s, %s, %s, %i0) : (i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32) -> ()
+  scf.parallel (%i) = (%c0) to (%c16) step (%c1) {
+    memref.store %zero, %b[%c0, %c0] : memref<4x4xf32>
+    scf.reduce
+  }
+  memref.dealloc %arena : memref<512xi8>
   return
 }

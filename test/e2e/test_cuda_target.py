@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -313,3 +314,37 @@ def test_program_without_driver_says_so(ddpc, tmp_path):
     assert "no CUDA device is usable" in run.stderr, run.stderr
     assert "NVIDIA GPU and driver" in run.stderr, run.stderr
     assert "error while loading shared libraries" not in run.stderr
+
+
+def test_merged_kernels_fit_the_parameter_space(ddpc, tmp_path):
+    """ddpc-merge-parallel-loops stops growing a kernel before its parameters
+    pass 4096 bytes, the limit of PTX ISA 8.0 (sec. 5.1.6.1; ddpc emits
+    8.0). A 60-layer MLP's AdamW step (120 parameter tensors, each with two
+    moments and a gradient) merged without the bound would take about
+    7.7 KB. It still merges: fewer `apply` launches than parameters."""
+    import json
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(60):
+        inits += [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(np.zeros(4, np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"], transB=1))
+        x = f"h{i}"
+    g = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 4])], inits)
+    path = tmp_path / "deep.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    base = [ddpc, "compile", str(path), "--train", "--batch-size", "8", "--optimizer", "adamw",
+            "--target", "cuda", "--cuda-arch", "sm_80"]
+    ptx = subprocess.run([*base, "--emit=ptx", "-o", "-"], capture_output=True, text=True)
+    assert ptx.returncode == 0, ptx.stderr
+    size = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
+    for kernel, params in ptx_entry_params(ptx.stdout).items():
+        assert sum(size[p] for p in params) <= 4096, (kernel, len(params))
+    report = subprocess.run([*base, "--emit=obj", "-o", str(tmp_path / "d.o"), "--report=json"],
+                            capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    apply = [f for f in json.loads(report.stdout)["cuda"]["functions"] if f["name"] == "apply"]
+    assert 1 < apply[0]["kernel_launches"] < 120, apply

@@ -124,10 +124,16 @@ def test_unknown_option_is_type_error() -> None:
 
 
 def test_unbound_dim_is_compile_error() -> None:
+    """The message is the CLI's; str() adds the Python spelling of the CLI
+    options it names."""
     with pytest.raises(ddpc.CompileError) as info:
         ddpc.compile(LENET)
     assert not info.value.unsupported
     assert "input" in info.value.message
+    assert "--batch-size N" in info.value.message
+    assert str(info.value).startswith(info.value.message)
+    assert str(info.value).endswith(
+        "[in Python: --dim is dims={name: value}, --batch-size is batch_size=]")
 
 
 def test_unsupported_op_is_compile_error() -> None:

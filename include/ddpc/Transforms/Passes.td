@@ -410,16 +410,25 @@ def MergeParallelLoopsPass : Pass<"ddpc-merge-parallel-loops", "mlir::func::Func
     distinct allocations, disjoint ddpc-plan-arena byte ranges, distinct
     entry-function arguments) become one loop over the concatenated
     iteration spaces, `scf.if (%i < n1) {body1} else {body2(%i - n1)}`,
-    placed where the last of them was. Between the loops only ops without
-    memory effects, allocations and deallocations of buffers they do not
-    touch may stand (the earlier loops move down past them); a library
-    call, a host memory access or a loop with unknown effects ends a group.
+    placed where the last of them was; a balanced tree of comparisons picks
+    each thread's body. The earlier loops move down past the ops between:
+    ops without memory effects, allocations, deallocations of buffers they
+    do not touch, and GEMM/convolution library calls with their fallback
+    code (scf.if) that are independent of them (a call touches the buffers
+    passed to it as pointers). Any other op with memory effects (a host
+    memory access, an allreduce bucket call) ends a group. A group stops
+    growing before its kernel would take more than max-param-bytes of
+    parameters (ResNet-18's 62 AdamW updates alone take 4052 bytes, and
+    PTX ISA 8.0 kernels take at most 4096).
     The idea is XLA's horizontal loop fusion (also Li et al., "Automatic
     Horizontal Fusion for GPU Kernels", CGO 2022).
   }];
   let options = [
     Option<"maxLoops", "max-loops", "int64_t", /*default=*/"64",
-           "Most loops merged into one">
+           "Most loops merged into one">,
+    Option<"maxParamBytes", "max-param-bytes", "int64_t", /*default=*/"3072",
+           "Most kernel parameter bytes of a merged loop (bound: 16 per "
+           "memref, 8 per other value; PTX ISA 8.0 allows 4096)">
   ];
   let statistics = [
     Statistic<"numMerged", "merged-loops", "Loops made by merging">,
