@@ -91,9 +91,22 @@ bool mayAlias(Value x, Value y) {
   };
   Ref a = refOf(x), b = refOf(y);
   if (a.root != b.root) {
-    if (a.root.getDefiningOp<memref::AllocOp>() ||
-        b.root.getDefiningOp<memref::AllocOp>())
-      return false;
+    // Distinct roots are distinct memory only when both are known bases:
+    // allocations, globals and function arguments. A root chosen at run
+    // time (a select, an scf.if or call result) may be any buffer.
+    auto functionArgument = [](Value v) -> BlockArgument {
+      auto arg = dyn_cast<BlockArgument>(v);
+      return arg && isa<func::FuncOp>(arg.getOwner()->getParentOp()) &&
+                     arg.getOwner()->isEntryBlock()
+                 ? arg
+                 : BlockArgument();
+    };
+    auto isBase = [&](Value v) {
+      return v.getDefiningOp<memref::AllocOp>() ||
+             v.getDefiningOp<memref::GetGlobalOp>() || functionArgument(v);
+    };
+    if (!isBase(a.root) || !isBase(b.root))
+      return true;
     // Globals (the model's constants) are memory of their own.
     auto globalA = a.root.getDefiningOp<memref::GetGlobalOp>();
     auto globalB = b.root.getDefiningOp<memref::GetGlobalOp>();
@@ -101,14 +114,14 @@ bool mayAlias(Value x, Value y) {
       return globalA && globalB && globalA.getName() == globalB.getName();
     // The runtime passes every buffer argument of an entry (public)
     // function as its own allocation (ModelABI.h, TrainABI.h); private
-    // helpers may be called with overlapping views.
-    auto argA = dyn_cast<BlockArgument>(a.root);
-    auto argB = dyn_cast<BlockArgument>(b.root);
-    if (argA && argB && argA.getOwner() == argB.getOwner())
-      if (auto fn = dyn_cast<func::FuncOp>(argA.getOwner()->getParentOp());
-          fn && fn.isPublic() && argA.getOwner()->isEntryBlock())
-        return false;
-    return true;
+    // helpers may be called with overlapping views. An allocation is new
+    // memory, distinct from every argument.
+    BlockArgument argA = functionArgument(a.root);
+    BlockArgument argB = functionArgument(b.root);
+    if (argA && argB)
+      return argA.getOwner() != argB.getOwner() ||
+             !cast<func::FuncOp>(argA.getOwner()->getParentOp()).isPublic();
+    return false;
   }
   if (a.bytes && b.bytes)
     return a.bytes->first < b.bytes->second && b.bytes->first < a.bytes->second;

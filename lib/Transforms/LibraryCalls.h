@@ -43,8 +43,9 @@ mlir::Value reshapeSource(mlir::Value v);
 /// within its bytes) do only when their byte ranges overlap; globals alias only
 /// themselves; distinct buffer
 /// arguments of a public (entry) function do not (the runtime allocates
-/// each, ModelABI.h); other function arguments may alias each other
-/// (conservatively) but not allocations.
+/// each, ModelABI.h), while a private helper's may; an allocation aliases
+/// no function argument. A buffer whose base is none of these (a select,
+/// an scf.if or call result) may alias anything.
 bool mayAlias(mlir::Value x, mlir::Value y);
 
 /// Whether the contents of `buffer` may be read after `op`: through a view

@@ -335,3 +335,47 @@ func.func @past_calls(%a: memref<4x4xf32>, %b: memref<4x4xf32>, %c: memref<4x4xf
   memref.dealloc %arena : memref<512xi8>
   return
 }
+
+// -----
+
+// A buffer chosen at run time (select, scf.if result) may be any buffer,
+// here %a, which the second loop reads: not merged. (mayAlias used to take
+// any root other than an allocation as distinct from every allocation.)
+
+// CHECK-LABEL: func.func @chosen_at_run_time(
+// CHECK: scf.parallel
+// CHECK: memref.store %{{.*}}, %[[S:.*]][
+// CHECK: scf.parallel
+// CHECK: memref.store
+// CHECK: scf.parallel
+// CHECK: memref.load
+func.func @chosen_at_run_time(%c: i1, %out: memref<16xf32>) {
+  %a = memref.alloc() : memref<16xf32>
+  %b = memref.alloc() : memref<16xf32>
+  %d = memref.alloc() : memref<16xf32>
+  %s = arith.select %c, %a, %b : memref<16xf32>
+  %t = scf.if %c -> memref<16xf32> {
+    scf.yield %a : memref<16xf32>
+  } else {
+    scf.yield %b : memref<16xf32>
+  }
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %f = arith.constant 1.0 : f32
+  scf.parallel (%i) = (%c0) to (%c16) step (%c1) {
+    memref.store %f, %s[%i] : memref<16xf32>
+    scf.reduce
+  }
+  scf.parallel (%i) = (%c0) to (%c16) step (%c1) {
+    memref.store %f, %t[%i] : memref<16xf32>
+    scf.reduce
+  }
+  scf.parallel (%i) = (%c0) to (%c16) step (%c1) {
+    %v = memref.load %a[%i] : memref<16xf32>
+    memref.store %v, %d[%i] : memref<16xf32>
+    scf.reduce
+  }
+  memref.copy %d, %out : memref<16xf32> to memref<16xf32>
+  return
+}
