@@ -19,23 +19,38 @@ using namespace mlir;
 
 namespace ddpc {
 
-Value additiveContribution(linalg::GenericOp op) {
+Value additiveContribution(linalg::GenericOp op, unsigned *outputIndex) {
   Block &body = op.getRegion().front();
-  BlockArgument acc = body.getArguments().back();
   auto yield = cast<linalg::YieldOp>(body.getTerminator());
-  auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
-  if (!add || !acc.hasOneUse())
-    return {};
-  if (add.getLhs() == acc)
-    return add.getRhs();
-  if (add.getRhs() == acc)
-    return add.getLhs();
-  return {};
+  unsigned numInputs = op.getNumDpsInputs();
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  Value contribution;
+  for (unsigned i = 0; i < op.getNumDpsInits(); ++i) {
+    BlockArgument acc = body.getArgument(numInputs + i);
+    if (acc.use_empty() && maps[numInputs + i].isPermutation())
+      continue; // A plain write.
+    auto add = yield.getOperand(i).getDefiningOp<arith::AddFOp>();
+    if (contribution || !add || !acc.hasOneUse())
+      return {};
+    if (add.getLhs() == acc)
+      contribution = add.getRhs();
+    else if (add.getRhs() == acc)
+      contribution = add.getLhs();
+    else
+      return {};
+    if (outputIndex)
+      *outputIndex = i;
+  }
+  return contribution;
 }
 
 LogicalResult rewriteAsAtomicLoops(linalg::GenericOp op, unsigned numOuter) {
-  Value contribution = additiveContribution(op);
-  Value out = op.getDpsInitOperand(0)->get();
+  unsigned r = 0;
+  Value contribution = additiveContribution(op, &r);
+  if (!contribution)
+    return failure();
+  unsigned numInputs = op.getNumDpsInputs();
+  Value out = op.getDpsInitOperand(r)->get();
   auto outType = dyn_cast<MemRefType>(out.getType());
   if (!contribution || !outType || !isa<FloatType>(outType.getElementType()))
     return failure();
@@ -52,7 +67,7 @@ LogicalResult rewriteAsAtomicLoops(linalg::GenericOp op, unsigned numOuter) {
     ubs.push_back(arith::ConstantIndexOp::create(b, loc, r));
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   Block &body = op.getRegion().front();
-  Operation *addOp = body.getTerminator()->getOperand(0).getDefiningOp();
+  Operation *addOp = body.getTerminator()->getOperand(r).getDefiningOp();
   auto indices = [&](OpBuilder &nb, AffineMap map, ValueRange ivs) {
     SmallVector<Value> idx;
     for (AffineExpr e : map.getResults())
@@ -80,6 +95,12 @@ LogicalResult rewriteAsAtomicLoops(linalg::GenericOp op, unsigned numOuter) {
         continue;
       nb.clone(inner, mapping);
     }
+    // The plain writes of the other outputs, one element per iteration.
+    for (auto [i, v] : llvm::enumerate(body.getTerminator()->getOperands()))
+      if (i != r)
+        memref::StoreOp::create(nb, loc, mapping.lookupOrDefault(v),
+                                op.getDpsInitOperand(i)->get(),
+                                indices(nb, maps[numInputs + i], ivs));
     return mapping.lookupOrDefault(contribution);
   };
   unsigned n = ranges.size();
@@ -118,7 +139,7 @@ LogicalResult rewriteAsAtomicLoops(linalg::GenericOp op, unsigned numOuter) {
         SmallVector<Value> all(ivs);
         all.resize(n, zero);
         memref::AtomicRMWOp::create(nb, l, arith::AtomicRMWKind::addf, sum, out,
-                                    indices(nb, maps.back(), all));
+                                    indices(nb, maps[numInputs + r], all));
       });
   op->erase();
   return success();

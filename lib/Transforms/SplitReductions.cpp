@@ -32,8 +32,8 @@ struct SplitReductionsPass
   void runOnOperation() override {
     SmallVector<std::pair<linalg::GenericOp, unsigned>> candidates;
     getOperation().walk([&](linalg::GenericOp op) {
-      if (!op.hasPureBufferSemantics() || op.getNumDpsInits() != 1 ||
-          !additiveContribution(op))
+      unsigned r = 0;
+      if (!op.hasPureBufferSemantics() || !additiveContribution(op, &r))
         return;
       SmallVector<int64_t> ranges = op.getStaticLoopRanges();
       if (llvm::any_of(ranges, ShapedType::isDynamic))
@@ -44,7 +44,7 @@ struct SplitReductionsPass
       while (numParallel < iters.size() &&
              iters[numParallel] == utils::IteratorType::parallel)
         ++numParallel;
-      AffineMap outMap = op.getIndexingMapsArray().back();
+      AffineMap outMap = op.getIndexingMapsArray()[op.getNumDpsInputs() + r];
       if (numParallel == iters.size() || !outMap.isProjectedPermutation() ||
           llvm::any_of(outMap.getResults(), [&](AffineExpr e) {
             return cast<AffineDimExpr>(e).getPosition() >= numParallel;

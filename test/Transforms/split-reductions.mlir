@@ -72,3 +72,44 @@ func.func @short(%x: memref<8x10xf32>, %y: memref<8xf32>) {
   }
   return
 }
+
+// A multi-result kernel of ddpc-fuse-ops: BatchNorm backward's elementwise
+// dz = dy * s[c] (written for every element) next to the reduction
+// db[c] = sum dz that reads it. It was left to 64 threads of 8192 serial
+// terms each; now split like @bias_grad, each thread storing its dz element
+// and adding its term atomically.
+// CHECK-LABEL: func.func @with_elementwise_output(
+// CHECK: scf.parallel (%[[C:.*]], %[[N:.*]], %[[H:.*]], %[[W:.*]]) = (%c0, %c0, %c0, %c0) to (%c64, %c32, %c16, %c16{{.*}})
+// CHECK: %[[DY:.*]] = memref.load %arg0[
+// CHECK: %[[S:.*]] = memref.load %arg1[
+// CHECK: %[[DZ:.*]] = arith.mulf %[[DY]], %[[S]] : f32
+// CHECK: memref.store %[[DZ]], %arg2[
+// CHECK: memref.atomic_rmw addf %[[DZ]], %arg3[
+// CHECK-NOT: linalg.generic
+#nchw = affine_map<(n, c, h, w) -> (n, c, h, w)>
+#ch = affine_map<(n, c, h, w) -> (c)>
+func.func @with_elementwise_output(%dy: memref<32x64x16x16xf32>, %s: memref<64xf32>, %dz: memref<32x64x16x16xf32>, %db: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#nchw, #ch, #nchw, #ch], iterator_types = ["reduction", "parallel", "reduction", "reduction"]}
+      ins(%dy, %s : memref<32x64x16x16xf32>, memref<64xf32>) outs(%dz, %db : memref<32x64x16x16xf32>, memref<64xf32>) {
+  ^bb0(%a: f32, %b: f32, %unused: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %t = arith.addf %acc, %m : f32
+    linalg.yield %m, %t : f32, f32
+  }
+  return
+}
+
+// Two accumulating outputs, or an output both read and written that is
+// not the accumulator: not split.
+// CHECK-LABEL: func.func @two_sums(
+// CHECK: linalg.generic
+func.func @two_sums(%dy: memref<32x64x16x16xf32>, %a: memref<64xf32>, %b: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#nchw, #ch, #ch], iterator_types = ["reduction", "parallel", "reduction", "reduction"]}
+      ins(%dy : memref<32x64x16x16xf32>) outs(%a, %b : memref<64xf32>, memref<64xf32>) {
+  ^bb0(%x: f32, %accA: f32, %accB: f32):
+    %sa = arith.addf %accA, %x : f32
+    %sb = arith.addf %accB, %x : f32
+    linalg.yield %sa, %sb : f32, f32
+  }
+  return
+}

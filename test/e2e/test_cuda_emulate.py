@@ -329,6 +329,30 @@ def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
     assert_close_weights(weights(tmp_path / "emu.onnx"), weights(tmp_path / "cpu.onnx"), rtol=1e-4)
 
 
+def test_batchnorm_cnn_training_matches_cpu_target(ddpc, tmp_path):
+    """5 SGD steps of the residual CNN with BatchNorm (examples/models/
+    resnet_mini.onnx): BatchNorm backward's multi-result kernels (an
+    elementwise gradient written next to the per-channel sum that reads
+    it) run split over threads with atomic adds (ddpc-split-reductions),
+    and independent loops merged (ddpc-merge-parallel-loops); losses and
+    weights match the CPU target."""
+    model = EXAMPLES / "resnet_mini.onnx"
+    rng = np.random.default_rng(6)
+    np.save(tmp_path / "x.npy", rng.standard_normal((20, 3, 32, 32)).astype(np.float32))
+    np.save(tmp_path / "y.npy", rng.integers(0, 10, 20).astype(np.int64))
+    flags = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]
+    cpu = compile_train(ddpc, model, tmp_path / "cpu", 4, *flags)
+    emu = compile_train(ddpc, model, tmp_path / "emu", 4, *flags, *EMULATE)
+    for prog, name in ((cpu, "cpu"), (emu, "emu")):
+        run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", f"{name}.onnx",
+                  "--log-json", f"{name}.jsonl")
+    loss = lambda f: np.array([json.loads(l)["loss"] for l in open(tmp_path / f)])
+    a, b = loss("emu.jsonl"), loss("cpu.jsonl")
+    assert len(a) == len(b) == 5
+    np.testing.assert_allclose(a, b, rtol=1e-4)
+    assert_close_weights(weights(tmp_path / "emu.onnx"), weights(tmp_path / "cpu.onnx"), rtol=1e-4)
+
+
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 def test_data_parallel_invariant(ddpc, tmp_path):
     """2 ranks x batch 8 == 1 rank x batch 16 with the emulated GPU kernels."""

@@ -350,7 +350,9 @@ def SplitReductionsPass : Pass<"ddpc-split-reductions", "mlir::func::FuncOp"> {
     threads; each thread sums the remaining loops' terms and adds that
     partial sum to its output with `memref.atomic_rmw addf` (split-K in GEMM
     terms). Float addition order then varies between runs, as with
-    ddpc-scatter-to-atomic.
+    ddpc-scatter-to-atomic. The generic may have other outputs that are
+    plain writes (init unused, a permutation map: a multi-result kernel's
+    elementwise result); each thread stores its elements of those.
   }];
   let dependentDialects = [
     "mlir::affine::AffineDialect",
