@@ -6,12 +6,13 @@
 // not depend on each other through memory become one loop over the
 // concatenation of their iteration spaces,
 //
-//   scf.parallel (%i) = (0) to (n1 + n2 + ...) {
+//   scf.parallel (%i) = (0) to (n1 + n2 + n3) {
 //     scf.if (%i < n1) { body1(%i) } else {
-//       scf.if (%i < n1 + n2) { body2(%i - n1) } else { ... } }
+//       scf.if (%i < n1 + n2) { body2(%i - n1) } else { body3(...) } }
 //   }
 //
-// so each group is one GPU kernel launch instead of one per loop. The same
+// (for more loops a balanced tree of such comparisons), so each group is
+// one GPU kernel launch instead of one per loop. The same
 // idea is "horizontal fusion" in XLA (HorizontalLoopFusion) and in
 // Li et al., "Automatic Horizontal Fusion for GPU Kernels", CGO 2022.
 //
