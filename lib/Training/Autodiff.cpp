@@ -187,10 +187,14 @@ public:
       add(p, sel(constantInP, zero,
                  scaled(mul(g, mul(y, math::LogOp::create(b, loc, x))))));
     } else if (isa<math::AbsFOp>(op)) {
+      // g * sign(x), with sign 0 at 0 and NaN (PyTorch's abs backward), so
+      // an L1 penalty leaves a weight that is exactly 0 alone.
       Value x = op->getOperand(0);
+      Value pos =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x, zero);
       Value neg =
           arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, x, zero);
-      add(x, sel(neg, arith::NegFOp::create(b, loc, g), g));
+      add(x, sel(pos, g, sel(neg, arith::NegFOp::create(b, loc, g), zero)));
     } else if (isa<arith::ExtFOp, arith::TruncFOp>(op)) {
       Value x = op->getOperand(0);
       Type xt = x.getType();

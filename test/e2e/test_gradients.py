@@ -160,6 +160,29 @@ def test_pow_at_zero_base_and_zero_exponent():
     np.testing.assert_allclose(res["d_p"], dp, rtol=1e-12)
 
 
+@pytest.mark.parametrize("op,attrs,slope", [
+    ("LeakyRelu", dict(alpha=0.1), lambda x: np.where(x > 0, 1.0, 0.1)),
+    ("Relu", {}, lambda x: np.where(x <= 0, 0.0, 1.0)),
+    ("Abs", {}, lambda x: np.where(x > 0, 1.0, np.where(x < 0, -1.0, 0.0))),
+])
+def test_kinks_take_pytorchs_subgradient(op, attrs, slope):
+    """At a kink (x = 0) any subgradient is right; ddpc takes PyTorch's, so
+    training matches it where activations or weights are exactly 0:
+    LeakyRelu alpha (it gave 1), Relu 0, Abs 0 (it gave 1, so an L1
+    penalty moved weights that are exactly 0). A NaN input gets PyTorch's
+    slope too (alpha for LeakyRelu, 1 for Relu, 0 for Abs). Oracle: those
+    conventions in numpy."""
+    x = np.array([np.nan, -2, -0.0, 0, 3, np.inf, -np.inf], np.float32)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    ct = np.linspace(0.5, 1.5, x.size).astype(np.float32)
+    res = ddpc.compile(m, vjp=True).run({"x": x, "d_y": ct})
+    np.testing.assert_allclose(res["d_x"], slope(x) * ct, rtol=1e-6, atol=0)
+
+
 def test_leaky_relu_gelu_clip():
     nodes = [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1),
              helper.make_node("Gelu", ["a"], ["b"]),

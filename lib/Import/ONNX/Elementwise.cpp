@@ -459,16 +459,20 @@ void registerElementwiseOps(OpRegistry &r) {
     return math::CeilOp::create(b, l, x);
   });
   // log(1 + exp(x)) overflows for x >= 89 (float32); the equal
-  // max(x, 0) + log1p(exp(-|x|)) does not, and keeps the small values of
-  // x <= -17 that 1 + exp(x) rounds away.
+  // x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)) does not, and keeps the
+  // small values of x <= -17 that 1 + exp(x) rounds away. Both branches
+  // are smooth, so the VJP is exp(x) / (1 + exp(x)) everywhere, 0.5 at 0
+  // (a form with max(x, 0) and |x| would depend on their subgradients).
   unaryF("Softplus", [](B &b, L l, Value x) -> Value {
     Value zero = scalarConst(b, l, x.getType(), 0.0);
-    Value tail = math::Log1pOp::create(
-        b, l,
-        math::ExpOp::create(
-            b, l, arith::NegFOp::create(b, l, math::AbsFOp::create(b, l, x))));
-    return arith::AddFOp::create(b, l, arith::MaximumFOp::create(b, l, x, zero),
-                                 tail);
+    Value positive = arith::AddFOp::create(
+        b, l, x,
+        math::Log1pOp::create(
+            b, l, math::ExpOp::create(b, l, arith::NegFOp::create(b, l, x))));
+    Value negative = math::Log1pOp::create(b, l, math::ExpOp::create(b, l, x));
+    return arith::SelectOp::create(
+        b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, zero), positive,
+        negative);
   });
   addSameType(r, "Neg", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
     if (isF(a[0]))
@@ -493,9 +497,12 @@ void registerElementwiseOps(OpRegistry &r) {
         Value alpha =
             scalarConst(b, l, x.getType(), ctx.attrFloat("alpha", 0.01f));
         Value zero = scalarConst(b, l, x.getType(), 0.0);
+        // x > 0 ? x : alpha x. The same values as x < 0 ? alpha x : x, but
+        // the VJP then takes the alpha branch at 0 and NaN, as PyTorch's
+        // leaky_relu_backward does.
         return arith::SelectOp::create(
-            b, l, cmpF(b, l, arith::CmpFPredicate::OLT, x, zero),
-            arith::MulFOp::create(b, l, alpha, x), x);
+            b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, zero), x,
+            arith::MulFOp::create(b, l, alpha, x));
       },
       true);
   addSameType(
