@@ -94,6 +94,16 @@ SATURATING = {
 }
 
 
+def run_unary_f32_vjp(op, x, ct, **attrs):
+    """{"y", "d_x"} of the float32 op `op` on the 1-d `x`, with cotangent ct."""
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return ddpc.compile(m, vjp=True).run({"x": x, "d_y": ct})
+
+
 @pytest.mark.parametrize("op", sorted(SATURATING))
 def test_saturated_activations_have_finite_gradients(op):
     """float32 activations far into their tails (exp overflows at |x| > 88)
@@ -103,13 +113,8 @@ def test_saturated_activations_have_finite_gradients(op):
     exp(x) branch), and Softplus overflowed to inf at x >= 89."""
     x = np.array([-1e4, -200, -100, -89, -88, -50, -20, -1, 0, 1, 20, 50, 88, 89, 100, 200, 1e4],
                  np.float32)
-    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
     ct = np.linspace(0.5, 1.5, x.size).astype(np.float32)
-    res = ddpc.compile(m, vjp=True).run({"x": x, "d_y": ct})
+    res = run_unary_f32_vjp(op, x, ct)
     f, df = SATURATING[op]
     x64 = x.astype(np.float64)
     assert np.all(np.isfinite(res["y"])) and np.all(np.isfinite(res["d_x"])), res
@@ -173,13 +178,8 @@ def test_kinks_take_pytorchs_subgradient(op, attrs, slope):
     slope too (alpha for LeakyRelu, 1 for Relu, 0 for Abs). Oracle: those
     conventions in numpy."""
     x = np.array([np.nan, -2, -0.0, 0, 3, np.inf, -np.inf], np.float32)
-    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
     ct = np.linspace(0.5, 1.5, x.size).astype(np.float32)
-    res = ddpc.compile(m, vjp=True).run({"x": x, "d_y": ct})
+    res = run_unary_f32_vjp(op, x, ct, **attrs)
     np.testing.assert_allclose(res["d_x"], slope(x) * ct, rtol=1e-6, atol=0)
 
 
