@@ -80,7 +80,8 @@ void buildGPULoopPipeline(OpPassManager &pm) {
           "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
           "ddpc-merge-parallel-loops,"
           "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
-          "no-min-max-bounds})");
+          "no-min-max-bounds}),"
+          "ddpc-device-constants");
 }
 
 void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {

@@ -6,13 +6,20 @@
 // the GEMM with a bias/ReLU epilogue) through the same column-major mapping
 // the CUDA runtime hands to cuBLAS (Gemm.h), convolutions (and convolutions
 // with a bias/ReLU epilogue) by their definition (what the CUDA runtime
-// hands to cuDNN), and a no-op host
-// synchronization (CPU code is synchronous).
+// hands to cuDNN), a no-op host synchronization (CPU code is synchronous)
+// and a separate copy of the packed constants (ddpc-device-constants).
 // Part of the CPU runtime archives; linked only when referenced.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Runtime/Gemm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 extern "C" {
 
@@ -77,5 +84,28 @@ int32_t ddpc_conv2d_bias_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
 }
 
 void ddpc_gpu_host_sync() {}
+
+/// ddpc-device-constants: a separate copy of the packed constants, made once
+/// per process, as the CUDA runtime's device copy is; so a wrong offset in
+/// the compiled views reads wrong values here too. Never freed.
+void *ddpc_device_constants(const void *host, int64_t bytes) {
+  static std::mutex mutex;
+  static auto *copies = new std::unordered_map<const void *, void *>;
+  std::lock_guard<std::mutex> lock(mutex);
+  void *&copy = (*copies)[host];
+  if (!copy) {
+    size_t rounded = (static_cast<size_t>(bytes) + 255) / 256 * 256;
+    copy = std::aligned_alloc(256, std::max<size_t>(rounded, 256));
+    if (!copy) {
+      std::fprintf(stderr,
+                   "error: out of memory copying %lld bytes of "
+                   "constants\n",
+                   static_cast<long long>(bytes));
+      std::exit(1);
+    }
+    std::memcpy(copy, host, static_cast<size_t>(bytes));
+  }
+  return copy;
+}
 
 } // extern "C"

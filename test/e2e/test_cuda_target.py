@@ -348,3 +348,24 @@ def test_merged_kernels_fit_the_parameter_space(ddpc, tmp_path):
     assert report.returncode == 0, report.stderr
     apply = [f for f in json.loads(report.stdout)["cuda"]["functions"] if f["name"] == "apply"]
     assert 1 < apply[0]["kernel_launches"] < 120, apply
+
+
+def test_constant_tensors_reach_the_device_through_one_copy(ddpc, tmp_path):
+    """An inference program's weights are constants (memref.global) of the
+    host program, which kernels and cuDNN cannot read: on an H200 the
+    Fashion-MNIST inference program ended with "an illegal memory access"
+    in its first cuDNN convolution (2026-11-30). ddpc-device-constants packs
+    them into one array whose device copy (ddpc_device_constants) every
+    kernel argument and library pointer is a view of. So the host code takes
+    no constant tensor's address except the packed array's, once per
+    function; training programs (weights are runtime buffers) have none."""
+    def lowered(model, *flags):
+        return subprocess.run([ddpc, "compile", str(ROOT / model), *flags, "--target", "cuda",
+                               "--emit=lowered-mlir", "-o", "-"],
+                              capture_output=True, text=True, check=True).stdout
+    ir = lowered("examples/fashion_mnist/fmnist_cnn.onnx", "--batch-size", "4")
+    assert "llvm.mlir.addressof @__constant" not in ir
+    assert ir.count("llvm.mlir.addressof @__ddpc_device_constants") == 1
+    assert ir.count("llvm.call @ddpc_device_constants(") == 1
+    train = lowered("examples/fashion_mnist/fmnist_cnn.onnx", "--train", "--batch-size", "4")
+    assert "ddpc_device_constants" not in train

@@ -346,10 +346,13 @@ def SplitReductionsPass : Pass<"ddpc-split-reductions", "mlir::func::FuncOp"> {
     with fewer than `targetThreads` outputs and at least `minReduction` terms
     each (a bias or convolution-weight gradient, BatchNorm statistics) would
     give one GPU thread a long serial loop per output. Its outermost
-    reduction loops join the parallel loops until there are `targetThreads`
-    threads; each thread sums the remaining loops' terms and adds that
-    partial sum to its output with `memref.atomic_rmw addf` (split-K in GEMM
-    terms). Float addition order then varies between runs, as with
+    reduction loops join the parallel loops while the thread count stays
+    within `targetThreads` (a loop that would overshoot it joins only while
+    each thread would keep at least `minReduction` serial terms: atomic
+    adds to one output serialize, so more threads than needed cost time);
+    each thread
+    sums the remaining loops' terms and adds that partial sum to its output
+    with `memref.atomic_rmw addf` (split-K in GEMM terms). Float addition order then varies between runs, as with
     ddpc-scatter-to-atomic. The generic may have other outputs that are
     plain writes (init unused, a permutation map: a multi-result kernel's
     elementwise result); each thread stores its elements of those.
@@ -455,6 +458,27 @@ def GPUHostSyncPass : Pass<"ddpc-gpu-host-sync", "mlir::ModuleOp"> {
   }];
   let dependentDialects = [
     "mlir::func::FuncDialect"
+  ];
+}
+
+def DeviceConstantsPass : Pass<"ddpc-device-constants", "mlir::ModuleOp"> {
+  let summary = "Give kernels device copies of constant tensors (memref.global constant)";
+  let description = [{
+    `ddpc-device-constants` (module, GPU targets, last pass of the loop
+    pipeline). A constant tensor (an inference program's weights, a
+    Constant node) is a global of the host program, which kernels and
+    cuDNN cannot read. Every constant `memref.global` a function reads is
+    packed into one byte array `@__ddpc_device_constants` (256-byte aligned
+    offsets); each such function starts with
+    `call @ddpc_device_constants(%host, %bytes)`, whose runtime copies the
+    array to device memory once per process and returns the copy, and each
+    `memref.get_global` becomes a `memref.view` of that copy. Globals with
+    elements narrower than a byte (i1) are left alone.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect",
+    "mlir::func::FuncDialect",
+    "mlir::memref::MemRefDialect"
   ];
 }
 
