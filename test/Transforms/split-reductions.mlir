@@ -1,13 +1,17 @@
 // RUN: ddpc-opt %s --pass-pipeline='builtin.module(func.func(ddpc-parallel-loops-outermost,ddpc-split-reductions))' | FileCheck %s
 
 // Tests ddpc-split-reductions: a bias gradient db[c] = sum_{n,h,w} dy[n,c,h,w]
-// has 16 outputs of 25088 terms each. All its reduction loops join the
-// parallel loop over c (16 * 32 * 28 = 14336 threads is still below the
-// 65536 target), so every thread adds its one term to db[c] atomically.
+// has 16 outputs of 25088 terms each. The loops over n and h join the
+// parallel loop over c (16 * 32 * 28 = 14336 threads, within the 65536
+// target); w would overshoot it (401408), so each thread sums its 28 terms
+// over w in order and adds that to db[c] atomically: 896 atomic adds per
+// output, not 25088.
 // CHECK-LABEL: func.func @bias_grad(
-// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0, %c0) to (%c16, %c32, %c28, %c28{{.*}})
-// CHECK: %[[V:.*]] = memref.load %arg0[
-// CHECK: memref.atomic_rmw addf %[[V]], %arg1[
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0) to (%c16, %c32, %c28)
+// CHECK: %[[S:.*]] = scf.for %{{.*}} = %c0 to %c28{{.*}} step %c1 iter_args(
+// CHECK: memref.load %arg0[
+// CHECK: scf.yield
+// CHECK: memref.atomic_rmw addf %[[S]], %arg1[
 // CHECK-NOT: linalg.generic
 #in = affine_map<(n, c, h, w) -> (n, c, h, w)>
 #out = affine_map<(n, c, h, w) -> (c)>
@@ -22,8 +26,9 @@ func.func @bias_grad(%dy: memref<32x16x28x28xf32>, %db: memref<16xf32>) {
 }
 
 // A weight gradient dw[o,i] = sum_{n,p} x[n,p,i] * dy[n,p,o] with 64 * 64
-// outputs: the batch loop joins them (4096 * 128 = 524288 >= 65536 threads)
-// and each thread sums the 196 positions p in order before one atomic add.
+// outputs: the batch loop joins them although 4096 * 128 = 524288 exceeds
+// the target (4096 threads would each keep 25088 serial terms), and each
+// thread sums the 196 positions p in order before one atomic add.
 // CHECK-LABEL: func.func @weight_grad(
 // CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0) to (%c64, %c64{{.*}}, %c128)
 // CHECK: %[[Z:.*]] = arith.constant 0.000000e+00 : f32
@@ -76,15 +81,18 @@ func.func @short(%x: memref<8x10xf32>, %y: memref<8xf32>) {
 // A multi-result kernel of ddpc-fuse-ops: BatchNorm backward's elementwise
 // dz = dy * s[c] (written for every element) next to the reduction
 // db[c] = sum dz that reads it. It was left to 64 threads of 8192 serial
-// terms each; now split like @bias_grad, each thread storing its dz element
-// and adding its term atomically.
+// terms each; now split like @bias_grad (32768 threads, w serial), each
+// thread storing its 16 dz elements and adding their sum atomically.
 // CHECK-LABEL: func.func @with_elementwise_output(
-// CHECK: scf.parallel (%[[C:.*]], %[[N:.*]], %[[H:.*]], %[[W:.*]]) = (%c0, %c0, %c0, %c0) to (%c64, %c32, %c16, %c16{{.*}})
+// CHECK: scf.parallel (%[[C:.*]], %[[N:.*]], %[[H:.*]]) = (%c0, %c0, %c0) to (%c64, %c32, %c16)
+// CHECK: %[[SUM:.*]] = scf.for %{{.*}} = %c0 to %c16{{.*}} step %c1 iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32)
 // CHECK: %[[DY:.*]] = memref.load %arg0[
 // CHECK: %[[S:.*]] = memref.load %arg1[
 // CHECK: %[[DZ:.*]] = arith.mulf %[[DY]], %[[S]] : f32
 // CHECK: memref.store %[[DZ]], %arg2[
-// CHECK: memref.atomic_rmw addf %[[DZ]], %arg3[
+// CHECK: %[[NEXT:.*]] = arith.addf %[[ACC]], %[[DZ]] : f32
+// CHECK: scf.yield %[[NEXT]] : f32
+// CHECK: memref.atomic_rmw addf %[[SUM]], %arg3[
 // CHECK-NOT: linalg.generic
 #nchw = affine_map<(n, c, h, w) -> (n, c, h, w)>
 #ch = affine_map<(n, c, h, w) -> (c)>
