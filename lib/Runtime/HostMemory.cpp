@@ -24,6 +24,10 @@ void *allocateBuffer(size_t bytes) {
 
 void freeBuffer(void *ptr) { std::free(ptr); }
 
+void *allocateHostShared(size_t bytes) { return allocateBuffer(bytes); }
+
+void freeHostShared(void *ptr) { freeBuffer(ptr); }
+
 void zeroBuffer(void *ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
 
 void *allocateStaging(size_t bytes) { return allocateBuffer(bytes); }

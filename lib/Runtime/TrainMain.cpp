@@ -51,20 +51,34 @@ namespace {
 constexpr int32_t kOnnxFloat = 1;
 constexpr int32_t kOnnxInt64 = 7;
 
-/// A zero-initialized, 64-byte aligned heap buffer (at least 64 bytes).
+/// Where an Aligned buffer lives (Memory.h): with the compiled code's
+/// tensors, or host-shared (a per-step scalar the host reads or writes).
+enum class Placement { Device, HostShared };
+
+/// A zero-initialized, 64-byte aligned runtime buffer (at least 64 bytes).
 class Aligned {
 public:
   Aligned() = default;
-  explicit Aligned(size_t bytes) { allocate(bytes); }
-  Aligned(Aligned &&other) noexcept : ptr(other.ptr), size(other.size) {
+  explicit Aligned(size_t bytes, Placement where = Placement::Device)
+      : where(where) {
+    allocate(bytes);
+  }
+  Aligned(Aligned &&other) noexcept
+      : ptr(other.ptr), size(other.size), where(other.where) {
     other.ptr = nullptr;
   }
   Aligned(const Aligned &) = delete;
   Aligned &operator=(const Aligned &) = delete;
-  ~Aligned() { freeBuffer(ptr); }
+  ~Aligned() {
+    if (where == Placement::HostShared)
+      freeHostShared(ptr);
+    else
+      freeBuffer(ptr);
+  }
 
   void allocate(size_t bytes) {
-    ptr = allocateBuffer(bytes);
+    ptr = where == Placement::HostShared ? allocateHostShared(bytes)
+                                         : allocateBuffer(bytes);
     if (!ptr)
       fatalError("out of memory allocating " + std::to_string(bytes) +
                  " bytes");
@@ -73,6 +87,7 @@ public:
   float *f() const { return static_cast<float *>(ptr); }
   void *ptr = nullptr;
   size_t size = 0;
+  Placement where = Placement::Device;
 };
 
 struct TensorInfo {
@@ -759,15 +774,17 @@ int run(int argc, char **argv) {
   // Micro-batch staging buffers.
   Aligned xBatch(static_cast<size_t>(B * train.rowFloats) * sizeof(float));
   Aligned yBatch(static_cast<size_t>(B * train.labelElems) * train.labelItem);
-  Aligned lossOut(sizeof(float)), correctOut(sizeof(int64_t));
-  Aligned sampleLoss(static_cast<size_t>(B) * sizeof(float));
-  Aligned sampleCorrect(static_cast<size_t>(B) * sizeof(int64_t));
-  Aligned lrArg(sizeof(float)), stepArg(sizeof(int64_t)),
-      scaleArg(sizeof(float));
+  // Per-step scalars the host reads or writes: host-shared (Memory.h).
+  constexpr Placement kHost = Placement::HostShared;
+  Aligned lossOut(sizeof(float), kHost), correctOut(sizeof(int64_t), kHost);
+  Aligned sampleLoss(static_cast<size_t>(B) * sizeof(float), kHost);
+  Aligned sampleCorrect(static_cast<size_t>(B) * sizeof(int64_t), kHost);
+  Aligned lrArg(sizeof(float), kHost), stepArg(sizeof(int64_t), kHost),
+      scaleArg(sizeof(float), kHost);
 
   std::vector<void *> microArgs(3 * P + 2 * Bf + 5);
   // Random-number input of every micro-batch (TrainABI.h): {seed, rank}.
-  Aligned rngArg(2 * sizeof(int64_t));
+  Aligned rngArg(2 * sizeof(int64_t), kHost);
   std::vector<void *> applyArgs(3 * P + 2 * P * S + 3);
   std::vector<void *> evalArgs(P + Bf + 4);
 

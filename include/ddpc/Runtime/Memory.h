@@ -29,6 +29,19 @@ void *allocateBuffer(size_t bytes);
 /// Frees a buffer from allocateBuffer (nullptr is ignored).
 void freeBuffer(void *ptr);
 
+/// A small buffer the host reads or writes around every compiled call (the
+/// loss, the correct count, the learning rate, step and loss scale, the RNG
+/// input), zero-filled, aligned like allocateBuffer; nullptr when out of
+/// memory. CPU: allocateBuffer. CUDA: page-locked host memory
+/// (cudaMallocHost), which kernels read and write directly through unified
+/// addressing. Managed memory would move the whole page on each host
+/// access, taking along the small parameters allocated next to it, and the
+/// next kernels reading those would stall on page faults.
+void *allocateHostShared(size_t bytes);
+
+/// Frees a buffer from allocateHostShared (nullptr is ignored).
+void freeHostShared(void *ptr);
+
 /// Sets `bytes` bytes of a buffer from allocateBuffer to zero, ordered
 /// before compiled code called afterwards (CUDA: cudaMemsetAsync on the
 /// compute stream, so the host never touches device-resident pages).
