@@ -16,11 +16,14 @@ subprocesses with timeouts, so one failure cannot hide the others):
      bitwise against the ONNX initializers (SHA-256 per tensor);
   3. ddpc, --stop-after-steps 1 --checkpoint: the first gradient (AdamW's
      first moment after one step is (1-beta1)*g), the BatchNorm statistics
-     after one step, and the AdamW update (w1 vs w0, m1, v1); no chaos yet,
-     so these are compared strictly with the CPU reference;
+     after one step, and the AdamW update (w1 vs w0, m1, v1), compared
+     with the CPU reference strictly, except for tensors whose step-1
+     gradient is itself discontinuous at float32 rounding (the chaos
+     envelope at GRAD_RTOL below);
      (CUDA) step 1 again with DDPC_NCCL_SELF_TEST=1: the gradient buckets
      go through a 1-rank NCCL communicator, the only NCCL path a one-GPU,
-     MPI-less machine can run; loss and weights must match step 3's;
+     MPI-less machine can run; the loss must match step 3's, the
+     gradients pass step 3's check;
      (models with an inference program) the inference program on the
      first batch against the CPU target's outputs, three ways: with the
      fused library epilogues (Conv+bias+ReLU as one cuDNN call, Gemm+bias+
@@ -100,6 +103,19 @@ HERE = pathlib.Path(__file__).resolve().parent
 #              (the program's own m1, v1: this checks the update kernel).
 #   1e-3 is ~100x the measured float32 noise and ~1000x below what a wrong
 #   kernel, a wrong VJP or a wrong optimizer formula gives (O(0.1..1)).
+#   Except where the gradient itself is discontinuous: a ReLU input or a
+#   MaxPool window within rounding of a kink flips with the order of float
+#   additions (GPU atomics), which moves one term of a BatchNorm sum over
+#   only N*H*W = 128 elements (ResNet-18's layer3 at 32x32): the CPU
+#   program itself, fed inputs perturbed by 1e-7 relative, lands 0.4%..1.4%
+#   away on such tensors (measured, 2026-11-30). gpu-prepare therefore runs
+#   step 1 again on CHAOS_RUNS perturbed inputs and ships each tensor's
+#   largest deviation (chaos_grad, chaos_step1); with c the largest over
+#   all tensors (which tensors a flip reaches varies from sample to sample:
+#   8 CPU samples gave ResNet-18's conv_weight_117 0.003, one of 20 GPU
+#   runs 0.028), a tensor passes with err <= GRAD_RTOL + CHAOS * c,
+#   reported as PASS* when only that envelope lets it pass. A model without
+#   such kinks keeps c ~ 1e-6 (the Fashion-MNIST CNN): strict.
 GRAD_RTOL = 1e-3
 #   step-1 loss (one forward pass): |loss_1 - ref_1| <= LOSS1_RTOL*max(1,|ref_1|)
 LOSS1_RTOL = 1e-4
@@ -113,10 +129,13 @@ LOSS1_RTOL = 1e-4
 #   ||w - w_ref|| / ||w_ref - w0|| (and the same for the whole-tensor update
 #   norm) <= WEIGHT_RTOL + CHAOS * (PyTorch float32 vs float64, same measure)
 # t32/t64: PyTorch's float32/float64 runs on the same device from the same
-# start: how much this model and optimizer amplify float32 rounding. CHAOS =
+# start: how much this model and optimizer amplify float32 rounding; and,
+# where larger, the CPU reference's own deviation when its inputs are
+# perturbed by ~1 rounding (gpu-prepare, CHAOS_TRAJ_RUNS runs): on the
+# H200, PyTorch's two runs happened to agree to 0.004 at ResNet-18's step 3
+# where the perturbed CPU runs (and the GPU program) were 0.02 apart. CHAOS =
 # 4: x2 because two float32 runs are compared (each ~ as far from exact as
-# PyTorch float32 is), x2 for the randomness of one chaotic sample. Without
-# PyTorch (dry run without torch) the envelope term is 0: strict.
+# PyTorch float32 is), x2 for the randomness of one chaotic sample.
 # LOSS_RTOL/WEIGHT_RTOL alone bound a well-conditioned run: for the CNN,
 # PyTorch float32 vs float64 after 20 steps differ by 3e-7 in loss and
 # 6.5e-5 of the update in weights (measured), so these leave >100x margin;
@@ -515,7 +534,13 @@ class ModelCheck:
             if err > worst[kind][0] or worst[kind][1] is None:
                 worst[kind] = (err, name)
 
+        errs = {}
+
         missing = []
+        # Per tensor: the error allowed with the chaos envelope (one, model-wide).
+        self.step1_allow = {}
+        chaos = max((t.get("chaos_grad", t.get("chaos_step1", 0.0)) for t in self.ref["tensors"]), default=0.0)
+        allow_all = GRAD_RTOL + CHAOS * chaos
         for i, t in enumerate(self.ref["tensors"]):
             name = t["name"]
             idx = self.refz[f"idx{i}"] if f"idx{i}" in self.refz else None
@@ -525,7 +550,9 @@ class ModelCheck:
                     continue
                 g = gradient_of(ck, name, b1)
                 self.grad1[name] = g
-                note("grad", rel_update_error(g, self.refz[f"g{i}"], None, idx, t["norm_grad"]), name)
+                err = rel_update_error(g, self.refz[f"g{i}"], None, idx, t["norm_grad"])
+                note("grad", err, name)
+                self.step1_allow[name] = allow_all
                 # AdamW update, from the program's own moments (float64).
                 m1 = ck["opt_state"][f"{name}/slot0"].astype(np.float64)
                 v1 = ck["opt_state"][f"{name}/slot1"].astype(np.float64)
@@ -541,13 +568,17 @@ class ModelCheck:
                 if name not in ck["buffers"]:
                     missing.append(name)
                     continue
-                note("buffer", rel_update_error(ck["buffers"][name], self.refz[f"s{i}"], self.init[name], idx, t["norm_step1_delta"]), name)
+                err = rel_update_error(ck["buffers"][name], self.refz[f"s{i}"], self.init[name], idx, t["norm_step1_delta"])
+                note("buffer", err, name)
+                self.step1_allow[name] = allow_all
+            errs.setdefault(t["kind"], {})[name] = err
         recs = read_jsonl(log_path)
         loss1 = recs[0]["loss"] if recs else float("nan")
         d1 = abs(loss1 - self.ref["losses"][0])
         out = {k: {"worst": v[0], "tensor": v[1]} for k, v in worst.items()}
         out["loss1_abs_diff"] = d1
         out["missing"] = missing
+        out["chaos"], out["allowed_with_envelope"] = chaos, allow_all
         self.res["step1_check"] = out
         problems = []
         if missing:
@@ -558,12 +589,26 @@ class ModelCheck:
         if not out["loss1_ok"]:
             self.fail(f"{self.label}: step-1 loss {loss1} differs from the CPU reference's {self.ref['losses'][0]} "
                       f"(forward pass from identical weights; tolerance {LOSS1_RTOL:g}*max(1,|loss|))")
-        for kind, what in (("grad", "gradient"), ("buffer", "BatchNorm statistics"), ("update", "AdamW update w1 vs (w0, m1, v1)"),
-                           ("moments", "AdamW second moment v1 vs m1")):
+        # Gradients and BatchNorm statistics: strict, or within the chaos
+        # envelope (PASS*); the AdamW checks use the program's own m1, v1,
+        # so they are never chaotic.
+        envelope_used = False
+        for kind, what in (("param", "gradient"), ("buffer", "BatchNorm statistics")):
+            for name, err in errs.get(kind, {}).items():
+                allow = self.step1_allow[name]
+                if err <= GRAD_RTOL:
+                    continue
+                if err <= allow:
+                    envelope_used = True
+                    continue
+                problems.append(f"step-1 {what} of {name} off by {err:.3g} relative (tolerance {GRAD_RTOL:g}, "
+                                f"{allow:.3g} with the chaos envelope)")
+        for kind, what in (("update", "AdamW update w1 vs (w0, m1, v1)"), ("moments", "AdamW second moment v1 vs m1")):
             err, tname = worst[kind]
             if tname is not None and not err <= GRAD_RTOL:
                 problems.append(f"step-1 {what} of {tname} off by {err:.3g} relative (tolerance {GRAD_RTOL:g})")
-        self.res["step1_verdict"] = "FAIL" if problems else "PASS"
+        out["envelope_used"] = envelope_used
+        self.res["step1_verdict"] = "FAIL" if problems else ("PASS*" if envelope_used else "PASS")
         for p in problems:
             self.fail(f"{self.label}: {p}")
 
@@ -572,11 +617,13 @@ class ModelCheck:
         gradient buckets through a 1-rank NCCL communicator (grouped in-place
         allreduces on the communication stream, ordered with events against
         the compute stream). A sum over one rank changes nothing, so the
-        step-1 loss and weights must match the plain step-1 run's; the
+        step-1 loss must match the plain step-1 run's and the gradients
+        pass the step-1 check against the CPU reference; the
         program must report the buckets it allreduced. This machine has one
         GPU and no MPI, so it is the only NCCL path that can run here."""
         ref_ck = self.work / "step1.ckpt"
-        if self.mode != "cuda" or self.ctx["budget"].left() < 30 or not ref_ck.exists():
+        if (self.mode != "cuda" or self.ctx["budget"].left() < 30 or not ref_ck.exists()
+                or not hasattr(self, "step1_allow")):
             return
         ck_path, log_path = self.work / "nccl.ckpt", self.work / "nccl.jsonl"
         log_path.unlink(missing_ok=True)
@@ -592,34 +639,46 @@ class ModelCheck:
         m = re.search(r"DDPC_NCCL_SELF_TEST: (\d+) gradient bucket", r["err"])
         out["buckets"] = int(m.group(1)) if m else 0
         try:
-            got, ref = read_checkpoint(ck_path)["params"], read_checkpoint(ref_ck)["params"]
+            ck = read_checkpoint(ck_path)
         except Exception as ex:  # noqa: BLE001
             self.fail(f"{self.label}: cannot read the DDPC_NCCL_SELF_TEST checkpoint: {ex}")
             return
-        worst = 0.0
-        for name, w in ref.items():
-            if name not in got or got[name].shape != w.shape:
-                worst = math.inf
+        # A sum over one rank changes nothing, but the two runs' atomic
+        # float additions differ in order, so the step-1 gradients are held
+        # to the step-1 check's per-tensor tolerance against the CPU
+        # reference (chaos envelope included), not to bit equality.
+        worst, at, bad = 0.0, None, []
+        for i, t in enumerate(self.ref["tensors"]):
+            name = t["name"]
+            if t["kind"] != "param":
                 continue
-            d = float(np.linalg.norm(got[name].astype(np.float64) - w)) / max(float(np.linalg.norm(w)), 1e-30)
-            worst = max(worst, d)
+            if name not in ck["params"] or f"{name}/slot0" not in ck["opt_state"]:
+                bad.append(f"{name} missing")
+                continue
+            idx = self.refz[f"idx{i}"] if f"idx{i}" in self.refz else None
+            err = rel_update_error(gradient_of(ck, name, self.opt["betas"][0]), self.refz[f"g{i}"], None, idx, t["norm_grad"])
+            allow = self.step1_allow.get(name, GRAD_RTOL)
+            if err / allow > worst or at is None:
+                worst, at = err / allow, name
+            if not err <= allow:
+                bad.append(f"{name} gradient off by {err:.3g} relative (allowed {allow:.3g})")
         recs, ref_recs = read_jsonl(log_path), read_jsonl(self.work / "step1.jsonl")
         loss, ref_loss = (recs[0]["loss"] if recs else float("nan")), (ref_recs[0]["loss"] if ref_recs else float("nan"))
-        out.update(weights_rel_diff=worst, loss=loss, ref_loss=ref_loss)
-        # The two runs differ only in the order of atomic float additions.
-        ok = out["buckets"] > 0 and worst <= GRAD_RTOL and abs(loss - ref_loss) <= LOSS1_RTOL * max(1.0, abs(ref_loss))
+        out.update(grad_worst_ratio=worst, grad_worst_tensor=at, loss=loss, ref_loss=ref_loss)
+        ok = out["buckets"] > 0 and not bad and abs(loss - ref_loss) <= LOSS1_RTOL * max(1.0, abs(ref_loss))
         out["verdict"] = "PASS" if ok else "FAIL"
-        self.log(f"NCCL self-test: {out['buckets']} bucket(s), step-1 weights within {worst:.3g} relative, "
-                 f"loss {loss} vs {ref_loss}: {out['verdict']}")
+        self.log(f"NCCL self-test: {out['buckets']} bucket(s), step-1 gradients at {worst:.3g}x their tolerance "
+                 f"[{at}], loss {loss} vs {ref_loss}: {out['verdict']}")
         if out["buckets"] == 0:
             self.fail(f"{self.label}: with DDPC_NCCL_SELF_TEST=1 the program reported no gradient bucket "
                       f"allreduced through NCCL")
         elif not ok:
-            self.fail(f"{self.label}: DDPC_NCCL_SELF_TEST step 1 differs from the plain run "
-                      f"(weights off by {worst:.3g} relative, loss {loss} vs {ref_loss})")
+            self.fail(f"{self.label}: DDPC_NCCL_SELF_TEST step 1 differs from the plain run or the CPU reference "
+                      f"({'; '.join(bad[:3]) or 'gradients within tolerance'}; loss {loss} vs {ref_loss})")
 
     def profile(self) -> None:
-        """CUDA only: 2 steps with DDPC_CUDA_PROFILE=1; keeps the runtime's
+        """CUDA only: 6 steps with DDPC_CUDA_PROFILE=1 (the runtime leaves out
+        each kernel's first call, i.e. step 1); keeps the runtime's
         device time per kernel (information, not part of the exit status)."""
         if self.mode != "cuda" or self.ctx["budget"].left() < 30:
             return
@@ -631,8 +690,8 @@ class ModelCheck:
         for key, label, env in variants:
             if self.ctx["budget"].left() < 30:
                 return
-            self.log(f"ddpc: profiled run (2 steps, DDPC_CUDA_PROFILE=1{label}): device time per kernel")
-            r = self.run_ddpc(key, ["--epochs", 1, "--stop-after-steps", 2], min(90.0, TIMEOUTS[self.mode]["short"]),
+            self.log(f"ddpc: profiled run (6 steps, DDPC_CUDA_PROFILE=1{label}): device time per kernel")
+            r = self.run_ddpc(key, ["--epochs", 1, "--stop-after-steps", 6], min(90.0, TIMEOUTS[self.mode]["short"]),
                               env_extra={"DDPC_CUDA_PROFILE": "1", **env})
             lines = r["err"].splitlines()
             start = next((i for i, ln in enumerate(lines) if ln.startswith("ddpc CUDA profile")), None)
@@ -640,7 +699,7 @@ class ModelCheck:
                 self.res["notes"].append(f"profiled run{label} printed no profile: " + why_failed(r, "profiled run"))
                 continue
             notes = [ln for ln in lines[:start] if ln.startswith("ddpc: note:")]
-            table = notes + lines[start:start + 12]
+            table = notes + lines[start:start + 14]
             self.res[key] = table
             for ln in table:
                 print(f"gpu-check: [{self.name}{label}] {ln}", flush=True)
@@ -782,8 +841,17 @@ class ModelCheck:
 
     def verdicts(self) -> None:
         res = self.res
+        # Two estimates of the float32 chaos, the larger counts: PyTorch's
+        # float32 vs float64 on this device, and the CPU reference's own
+        # runs on inputs perturbed by ~1 rounding (gpu-prepare).
         chaos_loss = getattr(self, "chaos_loss", None)
         chaos_w = getattr(self, "chaos_w", None)
+        cpu_loss = self.ref.get("chaos_losses")
+        cpu_w = {t["name"]: t["chaos_final"] for t in self.ref["tensors"] if "chaos_final" in t}
+        if cpu_loss:
+            chaos_loss = [max(a, b) for a, b in zip(cpu_loss, chaos_loss)] if chaos_loss else list(cpu_loss)
+        if cpu_w:
+            chaos_w = {n: max(v, (chaos_w or {}).get(n, 0.0)) for n, v in cpu_w.items()}
         if "ddpc_losses" in res and res["ddpc_losses"]:
             lc = compare_losses(res["ddpc_losses"], self.ref["losses"], chaos_loss)
             res["loss_check"] = lc
@@ -809,7 +877,8 @@ class ModelCheck:
         # step-1 gradient/statistics/update + final weights.
         s1 = res.get("step1_check")
         res["loss_verdict"] = "FAIL" if s1 and not s1["loss1_ok"] else traj
-        res["weight_verdict"] = "FAIL" if res.get("step1_verdict") == "FAIL" else wv
+        s1v = res.get("step1_verdict")
+        res["weight_verdict"] = "FAIL" if s1v == "FAIL" else ("PASS*" if s1v == "PASS*" and wv == "PASS" else wv)
         # PyTorch against the same reference (information), and ddpc's first
         # gradient against PyTorch's float64 gradient (a bug detector that
         # needs no ddpc reference: both programs could share a bug).
@@ -817,16 +886,19 @@ class ModelCheck:
             tl = compare_losses(res["torch_losses"], self.ref["losses"], None)
             res["torch_vs_ref"] = {"loss_max_abs": tl["max_abs"], "weights": self.weights_vs_ref(self.torch_final, ("param",), None)["max_ratio_strict"] * WEIGHT_RTOL}
         if hasattr(self, "torch_grad64") and getattr(self, "grad1", None):
-            worst, at = 0.0, None
+            worst, at, over = 0.0, None, False
+            allow = getattr(self, "step1_allow", {})
             for name, g in self.grad1.items():
                 if name in self.torch_grad64:
                     r = self.torch_grad64[name].astype(np.float64)
                     rn = float(np.linalg.norm(r))
                     e = float(np.linalg.norm(g - r)) / rn if rn > 0 else (0.0 if not np.any(g) else math.inf)
+                    # The same chaos envelope as the step-1 check.
+                    over = over or not e <= allow.get(name, GRAD_RTOL)
                     if e > worst or at is None:
                         worst, at = e, name
-            res["grad_vs_torch"] = {"worst": worst, "tensor": at, "ok": worst <= GRAD_RTOL}
-            if worst > GRAD_RTOL:
+            res["grad_vs_torch"] = {"worst": worst, "tensor": at, "ok": not over}
+            if over:
                 res["notes"].append(
                     f"WARNING: ddpc's step-1 gradient differs from PyTorch float64's: {at} off by {worst:.3g} relative "
                     f"(not a GPU-vs-CPU failure; the CPU program shares it if the step-1 check passed)")
@@ -1088,8 +1160,9 @@ def print_table(results: list, mode: str) -> None:
     print("ratio = ddpc step ms / torch step ms (> 1: ddpc slower); median step after warm-up (ddpc: --log-json "
           "samples_per_s, startup excluded; torch: perf_counter around synchronized steps incl. the batch copy).")
     print(f"loss check: step-1 loss within {LOSS1_RTOL:g} relative, then |loss - cpu_ref| <= {LOSS_RTOL:g}*max(1,|ref|) + {CHAOS:g}*"
-          "(PyTorch f32-f64 running max). weight check: step-1 gradient, BatchNorm statistics and AdamW update within "
-          f"{GRAD_RTOL:g} relative, final weights within {WEIGHT_RTOL:g} (+ {CHAOS:g}x PyTorch f32-f64) of their "
+          "(chaos running max: PyTorch f32-f64, or the CPU reference on inputs perturbed by ~1 rounding). weight "
+          f"check: step-1 gradient, BatchNorm statistics and AdamW update within {GRAD_RTOL:g} relative (+ {CHAOS:g}x "
+          f"the perturbed CPU step 1), final weights within {WEIGHT_RTOL:g} (+ {CHAOS:g}x chaos) of their "
           "training update. PASS* = passed only thanks to the float32-chaos envelope. grad vs torch: ddpc's step-1 "
           "gradient vs PyTorch float64 (information, not part of the exit status).")
     print("deviations from the CPU reference:")

@@ -45,6 +45,14 @@ import run_bench  # noqa: E402  (export_graph: ONNX -> graph.json + weights.npz 
 
 BATCH = 32
 STEPS = 20
+#: Step-1 chaos envelope (gpu_check.py, at GRAD_RTOL): CHAOS_RUNS extra CPU
+#: step-1 runs on inputs scaled by (1 + CHAOS_EPS * N(0, 1)), about one
+#: float32 rounding.
+CHAOS_RUNS = 8
+CHAOS_EPS = 1e-7
+#: Trajectory chaos envelope: CHAOS_TRAJ_RUNS perturbed runs of all STEPS
+#: steps (per-step loss and final-weight deviations from the reference).
+CHAOS_TRAJ_RUNS = 2
 OPTIMIZER = {"name": "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
 CUDA_ARCH = "sm_80,sm_90"
 #: Models that also ship an inference program (fused cuDNN/cuBLASLt
@@ -183,7 +191,8 @@ def cpu_reference(prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_
     (parameters), s<i> step-1 values (buffers)."""
     ref_json, ref_npz = work / "ref.json", work / "ref_weights.npz"
     stamp = work / "ref.stamp"
-    key = json.dumps([prog_sha, file_sha(xpath), file_sha(ypath), STEPS, BATCH, gpu_check.FULL_MAX, gpu_check.SAMPLE, 2])
+    key = json.dumps([prog_sha, file_sha(xpath), file_sha(ypath), STEPS, BATCH, gpu_check.FULL_MAX, gpu_check.SAMPLE,
+                      CHAOS_RUNS, CHAOS_EPS, CHAOS_TRAJ_RUNS, 4])
     if not force and ref_json.exists() and ref_npz.exists() and stamp.exists() and stamp.read_text() == key:
         log(f"cached: CPU reference {ref_json}")
         return json.loads(ref_json.read_text())
@@ -234,9 +243,61 @@ def cpu_reference(prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_
             t["norm_step1_delta"] = float(np.linalg.norm(b1.astype(np.float64) - flat0))
             arrays[f"s{i}"] = pick(b1)
         tensors.append(t)
+    # The step-1 chaos envelope (gpu_check.py, at GRAD_RTOL): step 1 again on
+    # inputs perturbed by CHAOS_EPS relative; each tensor's largest
+    # deviation from the unperturbed step 1.
+    x = np.load(xpath)
+    rng = np.random.default_rng(20261130)
+    pert_x = work / "x_perturbed.npy"
+    for r in range(CHAOS_RUNS):
+        np.save(pert_x, (x.astype(np.float64) * (1 + CHAOS_EPS * rng.standard_normal(x.shape))).astype(np.float32))
+        pck = work / "step1_perturbed.ckpt"
+        pck.unlink(missing_ok=True)
+        pflags = [str(f) for f in gpu_check.ddpc_flags(pert_x, ypath)]
+        sh([prog, *pflags, "--epochs", 1, "--stop-after-steps", 1, "--checkpoint", pck], cwd=work)
+        ckp = gpu_check.read_checkpoint(pck)
+        for i, t in enumerate(tensors):
+            idx = arrays.get(f"idx{i}")
+            if t["kind"] == "param":
+                e = gpu_check.rel_update_error(gpu_check.gradient_of(ckp, t["name"], beta1), arrays[f"g{i}"], None, idx,
+                                               t["norm_grad"])
+                t["chaos_grad"] = max(t.get("chaos_grad", 0.0), e)
+            else:
+                e = gpu_check.rel_update_error(ckp["buffers"][t["name"]], arrays[f"s{i}"], init[t["name"]][1], idx,
+                                               t["norm_step1_delta"])
+                t["chaos_step1"] = max(t.get("chaos_step1", 0.0), e)
+    # The trajectory's envelope, from the reference implementation itself:
+    # all STEPS steps on perturbed inputs (PyTorch's float32 vs float64 on
+    # the GPU is the other estimate; gpu_check.py takes the larger).
+    chaos_losses = [0.0] * STEPS
+    for r in range(CHAOS_TRAJ_RUNS):
+        np.save(pert_x, (x.astype(np.float64) * (1 + CHAOS_EPS * rng.standard_normal(x.shape))).astype(np.float32))
+        pck, plog = work / "final_perturbed.ckpt", work / "steps_perturbed.jsonl"
+        pck.unlink(missing_ok=True)
+        plog.unlink(missing_ok=True)
+        pflags = [str(f) for f in gpu_check.ddpc_flags(pert_x, ypath)]
+        sh([prog, *pflags, "--epochs", 1, "--stop-after-steps", STEPS, "--log-json", plog, "--checkpoint", pck], cwd=work)
+        plosses = [rec["loss"] for rec in gpu_check.read_jsonl(plog)]
+        if len(plosses) != STEPS:
+            sys.exit(f"gpu-prepare: error: perturbed CPU run logged {len(plosses)} steps, expected {STEPS}")
+        chaos_losses = [max(c, abs(a - b.get("loss"))) for c, a, b in zip(chaos_losses, plosses, recs)]
+        pfinal = gpu_check.tensor_table(gpu_check.read_checkpoint(pck))
+        for i, t in enumerate(tensors):
+            e = gpu_check.rel_update_error(pfinal[t["name"]][1], arrays[f"t{i}"], init[t["name"]][1],
+                                           arrays.get(f"idx{i}"), t["norm_delta"])
+            t["chaos_final"] = max(t.get("chaos_final", 0.0), e)
+        pck.unlink(missing_ok=True)
+        plog.unlink(missing_ok=True)
+    pert_x.unlink(missing_ok=True)
+    log(f"trajectory chaos envelope ({CHAOS_TRAJ_RUNS} perturbed runs of {STEPS} steps): loss up to "
+        f"{max(chaos_losses):.3g}, final weights up to {max(t['chaos_final'] for t in tensors):.3g} of the update")
+    worst = max(tensors, key=lambda t: t.get("chaos_grad", t.get("chaos_step1", 0.0)))
+    log(f"step-1 chaos envelope ({CHAOS_RUNS} runs, inputs x(1 + {CHAOS_EPS:g} N(0,1))): largest "
+        f"{worst.get('chaos_grad', worst.get('chaos_step1', 0.0)):.3g} [{worst['name']}]")
     sps = [r["samples_per_s"] for r in recs[1:]]
     ref = {
         "losses": [r["loss"] for r in recs],
+        "chaos_losses": chaos_losses,
         "steps": STEPS,
         "batch": BATCH,
         "tensors": tensors,
