@@ -39,10 +39,11 @@ constexpr int64_t kAlignment = 256;
 constexpr llvm::StringLiteral kPacked = "__ddpc_device_constants";
 constexpr llvm::StringLiteral kRuntime = "ddpc_device_constants";
 
-/// The bytes of a constant global's value (row-major, little-endian as
-/// DenseElementsAttr stores them), or nothing when it cannot be packed: no
-/// dense value, a non-identity layout, or elements that are not whole bytes
-/// (i1).
+/// The bytes of a constant global's value as compiled code reads them
+/// (row-major, little-endian as DenseElementsAttr stores them; i1 as one
+/// byte 0 or 1 per element, LLVM's in-memory i1), or nothing when it cannot
+/// be packed: no dense value, a non-identity layout, or another element
+/// type that is not whole bytes.
 std::optional<std::vector<char>> constantBytes(memref::GlobalOp global) {
   if (!global.getConstant())
     return std::nullopt;
@@ -53,6 +54,12 @@ std::optional<std::vector<char>> constantBytes(memref::GlobalOp global) {
       type.getMemorySpace())
     return std::nullopt;
   Type elem = type.getElementType();
+  if (elem.isInteger(1)) {
+    std::vector<char> bytes;
+    for (bool b : value.getValues<bool>())
+      bytes.push_back(b ? 1 : 0);
+    return bytes;
+  }
   if (!elem.isIntOrFloat() || elem.getIntOrFloatBitWidth() % 8 != 0)
     return std::nullopt;
   size_t elemBytes = elem.getIntOrFloatBitWidth() / 8;

@@ -434,3 +434,45 @@ def test_merged_independent_loops_match_onnxruntime(ddpc, tmp_path, seed):
     for name, want in zip(names, sess.run(names, feeds)):
         np.testing.assert_allclose(np.load(tmp_path / "out" / f"{name}.npy"), want,
                                    rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_constant_tensors_of_every_dtype_match_onnxruntime(ddpc, tmp_path):
+    """ddpc-device-constants repacks every constant tensor a kernel reads
+    into one byte array, whose copy (a separate buffer here, the device copy
+    on a GPU) the kernels read: a bool mask (i1, one byte per element in
+    memory), int64 Gather indices, a float splat and a dense float tensor.
+    Wrong offsets or a wrong i1 layout give wrong outputs against
+    onnxruntime; the lowered IR must take no constant's address but the
+    packed array's."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(11)
+    mask = rng.random((4, 6)) < 0.5
+    dense = rng.standard_normal((4, 6)).astype(np.float32)
+    idx = np.array([5, 0, 2, 2], np.int64)
+    nodes = [
+        helper.make_node("Constant", [], ["mask"], value=numpy_helper.from_array(mask, "mask")),
+        helper.make_node("Constant", [], ["dense"], value=numpy_helper.from_array(dense, "dense")),
+        helper.make_node("Constant", [], ["idx"], value=numpy_helper.from_array(idx, "idx")),
+        helper.make_node("Constant", [], ["splat"],
+                         value=numpy_helper.from_array(np.full((4, 6), 2.5, np.float32), "splat")),
+        helper.make_node("Where", ["mask", "x", "dense"], ["where"]),
+        helper.make_node("Gather", ["x", "idx"], ["gather"], axis=1),
+        helper.make_node("Mul", ["x", "splat"], ["scaled"]),
+    ]
+    outs = [helper.make_tensor_value_info("where", TensorProto.FLOAT, [4, 6]),
+            helper.make_tensor_value_info("gather", TensorProto.FLOAT, [4, 4]),
+            helper.make_tensor_value_info("scaled", TensorProto.FLOAT, [4, 6])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])], outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    ir = subprocess.run([ddpc, "compile", str(path), *EMULATE, "--emit=lowered-mlir", "-o", "-"],
+                        capture_output=True, text=True, check=True).stdout
+    assert "llvm.mlir.addressof @__constant" not in ir
+    assert ir.count("llvm.call @ddpc_device_constants(") == 1
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    run_ddpc(ddpc, path, {"x": x}, tmp_path, *EMULATE)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for name, want in zip(["where", "gather", "scaled"], sess.run(["where", "gather", "scaled"], {"x": x})):
+        np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{name}.npy"), want, err_msg=name)

@@ -472,8 +472,9 @@ def DeviceConstantsPass : Pass<"ddpc-device-constants", "mlir::ModuleOp"> {
     offsets); each such function starts with
     `call @ddpc_device_constants(%host, %bytes)`, whose runtime copies the
     array to device memory once per process and returns the copy, and each
-    `memref.get_global` becomes a `memref.view` of that copy. Globals with
-    elements narrower than a byte (i1) are left alone.
+    `memref.get_global` becomes a `memref.view` of that copy (i1 elements
+    as one byte each, as LLVM stores them). Globals of other element types
+    narrower than a byte, or without a dense value, are left alone.
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect",
