@@ -358,7 +358,8 @@ site-packages/nvidia/*/lib; gpu-check.sh finds them), python3 with numpy,
 and PyTorch with CUDA for the comparison. No onnx, MPI or compiler.
 Diagnosis: DDPC_CUDA_SYNC_CHECK=1 names a failing kernel or library call;
 DDPC_CUDNN=0 / DDPC_GEMM_EPILOGUE=0 / DDPC_CONV_EPILOGUE=0 switch cuDNN /
-cuBLASLt epilogues / fused cuDNN convolution epilogues off.
+cuBLASLt epilogues / fused cuDNN convolution epilogues off;
+DDPC_CUDNN_BENCHMARK=0 keeps cuDNN's heuristic algorithms (untimed).
 PYTHON=/path/to/python3 selects the interpreter. Takes ~1-3 min on an H200
 (hard budget 7 min: DDPC_GPU_CHECK_BUDGET_S).
 

@@ -13,10 +13,13 @@
 // cuDNN is loaded with dlopen (libcudnn.so.9, which exports the convolution
 // API and loads its engine libraries itself), so programs neither link nor
 // require it: without it, or with DDPC_CUDNN=0, every call returns 0. Per
-// problem (kind and shapes) the descriptors, the algorithm (cuDNN's
-// heuristics, cudnnGet*Algorithm_v7, first supported FMA-math result: no
-// TF32, to match the CPU target's float32) and its workspace size are
-// cached; the workspace is one device buffer that grows as needed. A
+// problem (kind and shapes) the descriptors, the algorithm and its
+// workspace size are cached. The algorithm is the fastest FMA-math one (no
+// TF32, to match the CPU target's float32) that cudnnFind*AlgorithmEx
+// measures on the problem's first call, else (DDPC_CUDNN_BENCHMARK=0, or
+// measuring fails) the first such result of cuDNN's heuristics
+// (cudnnGet*Algorithm_v7). The workspace is one device buffer that grows as
+// needed. A
 // problem cuDNN rejects is remembered and falls back from then on, with a
 // one-time note on stderr.
 //
@@ -28,6 +31,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
@@ -67,6 +72,10 @@ struct CudnnApi {
   decltype(&::cudnnGetConvolutionBackwardFilterAlgorithm_v7) filterAlgos;
   decltype(&::cudnnGetConvolutionBackwardFilterWorkspaceSize) filterWorkspace;
   decltype(&::cudnnConvolutionBackwardFilter) backwardFilter;
+  // Optional: without them DDPC_CUDNN_BENCHMARK=1 keeps the heuristics.
+  decltype(&::cudnnFindConvolutionForwardAlgorithmEx) findForward;
+  decltype(&::cudnnFindConvolutionBackwardDataAlgorithmEx) findData;
+  decltype(&::cudnnFindConvolutionBackwardFilterAlgorithmEx) findFilter;
   // Optional: without them ddpc_conv2d_bias_act_f32 declines.
   decltype(&::cudnnCreateActivationDescriptor) createActivation;
   decltype(&::cudnnSetActivationDescriptor) setActivation;
@@ -142,6 +151,10 @@ Cudnn *cudnn() {
             a.filterWorkspace);
     resolve("cudnnConvolutionBackwardFilter", a.backwardFilter);
     bool required = complete;
+    resolve("cudnnFindConvolutionForwardAlgorithmEx", a.findForward);
+    resolve("cudnnFindConvolutionBackwardDataAlgorithmEx", a.findData);
+    resolve("cudnnFindConvolutionBackwardFilterAlgorithmEx", a.findFilter);
+    complete = required;
     resolve("cudnnCreateActivationDescriptor", a.createActivation);
     resolve("cudnnSetActivationDescriptor", a.setActivation);
     resolve("cudnnConvolutionBiasActivationForward", a.biasActivationForward);
@@ -166,15 +179,93 @@ Cudnn *cudnn() {
   return state;
 }
 
-/// Algorithm choice from a cudnnGet*Algorithm_v7 list: the first result
-/// cuDNN supports that does not use tensor-core (TF32) math.
-template <typename Perf> int pickAlgo(const Perf *perf, int count) {
+/// The first entry of a cudnnGet*Algorithm_v7 or cudnnFind*AlgorithmEx
+/// list (best first) that cuDNN supports without tensor-core (TF32) math,
+/// or -1.
+template <typename Perf> int pickIndex(const Perf *perf, int count) {
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS &&
         perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
         perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
-      return static_cast<int>(perf[i].algo);
+      return i;
   return -1;
+}
+
+/// Algorithm choice from a cudnnGet*Algorithm_v7 list.
+template <typename Perf> int pickAlgo(const Perf *perf, int count) {
+  int i = pickIndex(perf, count);
+  return i < 0 ? -1 : static_cast<int>(perf[i].algo);
+}
+
+/// Each problem's algorithm is the fastest one cudnnFind*AlgorithmEx
+/// measures on its first call (as PyTorch's torch.backends.cudnn.benchmark;
+/// on an H200, ResNet-18 at 32x32 took 5.77 ms per step instead of 6.57
+/// with the heuristics' first choice). DDPC_CUDNN_BENCHMARK=0 keeps the
+/// heuristics' choice, which does not depend on timing.
+bool benchmarkEnabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("DDPC_CUDNN_BENCHMARK");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+/// Measures the algorithms of problem `p` (kind 0-2) on the call's own
+/// inputs with cudnnFind*AlgorithmEx; the output goes to a scratch buffer,
+/// so an accumulating call's output is untouched. Keeps the heuristic
+/// choice when measuring fails or finds nothing better supported.
+void measureAlgorithm(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p,
+                      const void *x, const void *w, const void *y) {
+  CudnnApi &a = c.api;
+  if (!a.findForward || !a.findData || !a.findFilter)
+    return;
+  // Room for the algorithms that need workspace; those needing more than
+  // 256 MiB are not measured.
+  constexpr size_t kFindWorkspace = size_t(256) << 20;
+  size_t outBytes =
+      sizeof(float) *
+      static_cast<size_t>(kind == 0   ? d.n * d.k * d.p * d.q
+                          : kind == 1 ? d.n * d.c * d.h * d.w
+                                      : d.k * (d.c / d.groups) * d.r * d.s);
+  cudaStream_t stream = cuda::computeStream();
+  void *scratch = nullptr, *work = nullptr;
+  if (cudaMallocAsync(&scratch, outBytes, stream) != cudaSuccess ||
+      cudaMallocAsync(&work, kFindWorkspace, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (scratch)
+      (void)cudaFreeAsync(scratch, stream);
+    return;
+  }
+  constexpr int kMax = 16;
+  int count = 0, best = -1;
+  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+  size_t memory = 0;
+  int algo = -1;
+  if (kind == 0) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    st = a.findForward(c.handle, p.x, x, p.w, w, p.conv, p.y, scratch, kMax,
+                       &count, perf, work, kFindWorkspace);
+    if (st == CUDNN_STATUS_SUCCESS && (best = pickIndex(perf, count)) >= 0)
+      algo = perf[best].algo, memory = perf[best].memory;
+  } else if (kind == 1) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+    st = a.findData(c.handle, p.w, w, p.y, y, p.conv, p.x, scratch, kMax,
+                    &count, perf, work, kFindWorkspace);
+    if (st == CUDNN_STATUS_SUCCESS && (best = pickIndex(perf, count)) >= 0)
+      algo = perf[best].algo, memory = perf[best].memory;
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+    st = a.findFilter(c.handle, p.x, x, p.y, y, p.conv, p.w, scratch, kMax,
+                      &count, perf, work, kFindWorkspace);
+    if (st == CUDNN_STATUS_SUCCESS && (best = pickIndex(perf, count)) >= 0)
+      algo = perf[best].algo, memory = perf[best].memory;
+  }
+  cuda::check(cudaFreeAsync(work, stream), "cudaFreeAsync (cuDNN find)");
+  cuda::check(cudaFreeAsync(scratch, stream), "cudaFreeAsync (cuDNN find)");
+  if (algo >= 0) {
+    p.algo = algo;
+    p.workspace = memory;
+  }
 }
 
 /// Sets p.algo and p.workspace from cuDNN's heuristics for one convolution
@@ -325,7 +416,9 @@ std::string shapeText(int32_t kind, const Conv2dShape &d) {
 /// prepares its cached problem, grows the workspace, and enqueues
 /// `launch(problem)`. Returns 1, or 0 when cuDNN declines (said once).
 template <typename Launch>
-int32_t runConv(Cudnn &lib, int32_t kind, const Conv2dShape &d, Launch launch) {
+int32_t runConv(Cudnn &lib, int32_t kind, const Conv2dShape &d, Launch launch,
+                const void *x = nullptr, const void *w = nullptr,
+                const void *y = nullptr) {
   std::lock_guard<std::mutex> lock(lib.mutex);
   std::array<int64_t, 15> key = {
       kind, d.n, d.c,       d.h,       d.w,         d.k,         d.r,     d.s,
@@ -340,6 +433,8 @@ int32_t runConv(Cudnn &lib, int32_t kind, const Conv2dShape &d, Launch launch) {
     if (!why.empty())
       note("cuDNN declined the " + shapeText(kind, d) + " (" + why +
            "); it runs as " + fallback);
+    else if (kind <= 2 && x && benchmarkEnabled())
+      measureAlgorithm(lib, kind, d, problem, x, w, y);
     it = lib.problems.emplace(key, problem).first;
   }
   Problem &pr = it->second;
@@ -395,20 +490,24 @@ extern "C" int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c,
   auto *wp = reinterpret_cast<float *>(filter);
   auto *yp = reinterpret_cast<float *>(y);
   CudnnApi &a = lib->api;
-  return runConv(*lib, kind, d, [&](Problem &pr) {
-    if (kind == 0)
-      return a.forward(lib->handle, &one, pr.x, xp, pr.w, wp, pr.conv,
-                       static_cast<cudnnConvolutionFwdAlgo_t>(pr.algo),
-                       lib->workspace, pr.workspace, beta, pr.y, yp);
-    if (kind == 1)
-      return a.backwardData(lib->handle, &one, pr.w, wp, pr.y, yp, pr.conv,
-                            static_cast<cudnnConvolutionBwdDataAlgo_t>(pr.algo),
-                            lib->workspace, pr.workspace, beta, pr.x, xp);
-    return a.backwardFilter(
-        lib->handle, &one, pr.x, xp, pr.y, yp, pr.conv,
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pr.algo), lib->workspace,
-        pr.workspace, beta, pr.w, wp);
-  });
+  return runConv(
+      *lib, kind, d,
+      [&](Problem &pr) {
+        if (kind == 0)
+          return a.forward(lib->handle, &one, pr.x, xp, pr.w, wp, pr.conv,
+                           static_cast<cudnnConvolutionFwdAlgo_t>(pr.algo),
+                           lib->workspace, pr.workspace, beta, pr.y, yp);
+        if (kind == 1)
+          return a.backwardData(
+              lib->handle, &one, pr.w, wp, pr.y, yp, pr.conv,
+              static_cast<cudnnConvolutionBwdDataAlgo_t>(pr.algo),
+              lib->workspace, pr.workspace, beta, pr.x, xp);
+        return a.backwardFilter(
+            lib->handle, &one, pr.x, xp, pr.y, yp, pr.conv,
+            static_cast<cudnnConvolutionBwdFilterAlgo_t>(pr.algo),
+            lib->workspace, pr.workspace, beta, pr.w, wp);
+      },
+      xp, wp, yp);
 }
 
 extern "C" int32_t
