@@ -25,12 +25,99 @@ namespace ddpc {
 
 namespace {
 
+/// Most atomic adds per output a loop moved whole may cause; past it, the
+/// loop is strip-mined instead (below).
+constexpr int64_t kMaxAtomicsPerOutput = 4096;
+
+/// Whether loop `dim` can be strip-mined by stripMine: every operand that
+/// reads it has it as one whole dimension (d_dim itself among its map's
+/// results, once), so that dimension can be expanded in two.
+bool canStripMine(linalg::GenericOp op, unsigned dim) {
+  for (AffineMap m : op.getIndexingMapsArray()) {
+    int whole = 0, other = 0;
+    for (AffineExpr e : m.getResults()) {
+      if (auto d = dyn_cast<AffineDimExpr>(e))
+        whole += d.getPosition() == dim;
+      else
+        other += e.isFunctionOfDim(dim);
+    }
+    if (other || whole > 1)
+      return false;
+  }
+  return true;
+}
+
+/// Splits loop `dim` of `op` into an outer loop of `outer` iterations and
+/// an inner one of extent / outer (loop dim = o * inner + i), both of its
+/// iterator type, in a generic that replaces `op`: each operand's dimension
+/// indexed by the loop is expanded in two (memref.expand_shape) and read
+/// with (o, i). The body is unchanged (callers check it reads no
+/// linalg.index, and canStripMine).
+linalg::GenericOp stripMine(linalg::GenericOp op, unsigned dim, int64_t outer) {
+  int64_t inner = op.getStaticLoopRanges()[dim] / outer;
+  unsigned n = op.getNumLoops();
+  OpBuilder b(op);
+  MLIRContext *ctx = b.getContext();
+  auto shifted = [&](unsigned j) {
+    return b.getAffineDimExpr(j < dim ? j : j + 1);
+  };
+  SmallVector<Value> operands;
+  SmallVector<AffineMap> maps;
+  for (OpOperand &operand : op->getOpOperands()) {
+    AffineMap m = op.getMatchingIndexingMap(&operand);
+    Value v = operand.get();
+    SmallVector<AffineExpr> exprs;
+    SmallVector<ReassociationIndices> groups;
+    SmallVector<int64_t> shape;
+    auto type = cast<MemRefType>(v.getType());
+    bool expands = false;
+    for (auto [pos, e] : llvm::enumerate(m.getResults())) {
+      ReassociationIndices group{static_cast<int64_t>(exprs.size())};
+      auto d = dyn_cast<AffineDimExpr>(e);
+      if (d && d.getPosition() == dim) {
+        exprs.push_back(b.getAffineDimExpr(dim));
+        exprs.push_back(b.getAffineDimExpr(dim + 1));
+        group.push_back(static_cast<int64_t>(exprs.size()) - 1);
+        shape.append({outer, inner});
+        expands = true;
+      } else {
+        exprs.push_back(e.replaceDims(llvm::to_vector(
+            llvm::map_range(llvm::seq<unsigned>(0, n), shifted))));
+        shape.push_back(type.getDimSize(pos));
+      }
+      groups.push_back(group);
+    }
+    maps.push_back(AffineMap::get(n + 1, 0, exprs, ctx));
+    if (expands)
+      v = memref::ExpandShapeOp::create(b, op.getLoc(), shape, v, groups);
+    operands.push_back(v);
+  }
+  SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
+  iters.insert(iters.begin() + dim + 1, iters[dim]);
+  unsigned numInputs = op.getNumDpsInputs();
+  auto split = linalg::GenericOp::create(
+      b, op.getLoc(), TypeRange{}, ArrayRef(operands).take_front(numInputs),
+      ArrayRef(operands).drop_front(numInputs), maps, iters);
+  split.getRegion().takeBody(op.getRegion());
+  op.erase();
+  return split;
+}
+
+/// The largest divisor of `extent` in [2, limit], or 1.
+int64_t largestDivisor(int64_t extent, int64_t limit) {
+  for (int64_t d = std::min(extent - 1, limit); d >= 2; --d)
+    if (extent % d == 0)
+      return d;
+  return 1;
+}
+
 struct SplitReductionsPass
     : impl::SplitReductionsPassBase<SplitReductionsPass> {
   using SplitReductionsPassBase::SplitReductionsPassBase;
 
   void runOnOperation() override {
-    SmallVector<std::pair<linalg::GenericOp, unsigned>> candidates;
+    // (op, loops to move, outer extent of the next loop's strip-mining or 1)
+    SmallVector<std::tuple<linalg::GenericOp, unsigned, int64_t>> candidates;
     getOperation().walk([&](linalg::GenericOp op) {
       unsigned r = 0;
       if (!op.hasPureBufferSemantics() || !additiveContribution(op, &r))
@@ -64,20 +151,47 @@ struct SplitReductionsPass
       // moved past the target only while each thread would otherwise keep
       // at least minReduction serial terms (a 64x64 weight gradient: 4096
       // threads of 25088 terms are worse than 524288 of 196).
+      // Such a loop is strip-mined instead when moving it whole would give
+      // an output more than kMaxAtomicsPerOutput atomic adds (a sum of
+      // 1,000,000 terms into one float: 1,000,000 of them): its outer part
+      // joins the threads, up to that many per output (and the target),
+      // its inner part stays serial. Only for a reduction without other
+      // outputs and without linalg.index (their maps and indices would
+      // need the split too).
+      int64_t outputs = threads;
       unsigned numOuter = numParallel;
-      int64_t serial = length;
+      int64_t serial = length, outer = 1;
+      bool splittable =
+          op.getNumDpsInits() == 1 && numParallel < ranges.size() &&
+          !op.getBody()
+               ->walk([](linalg::IndexOp) { return WalkResult::interrupt(); })
+               .wasInterrupted();
       while (numOuter < ranges.size() &&
              (threads * ranges[numOuter] <= targetThreads ||
               serial >= minReduction)) {
-        threads *= ranges[numOuter];
-        serial /= ranges[numOuter++];
+        int64_t extent = ranges[numOuter];
+        if (threads * extent > targetThreads && splittable &&
+            threads * extent / outputs > kMaxAtomicsPerOutput &&
+            canStripMine(op, numOuter)) {
+          outer = largestDivisor(
+              extent, std::min(targetThreads / threads,
+                               kMaxAtomicsPerOutput * outputs / threads));
+          if (outer > 1)
+            break;
+        }
+        threads *= extent;
+        serial /= extent;
+        ++numOuter;
       }
-      if (numOuter == numParallel)
+      if (numOuter == numParallel && outer == 1)
         return;
-      candidates.push_back({op, numOuter});
+      candidates.push_back({op, numOuter, outer});
     });
-    for (auto [op, numOuter] : candidates)
+    for (auto [op, numOuter, outer] : candidates) {
+      if (outer > 1)
+        op = stripMine(op, numOuter++, outer);
       (void)rewriteAsAtomicLoops(op, numOuter);
+    }
   }
 };
 

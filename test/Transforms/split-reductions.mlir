@@ -121,3 +121,38 @@ func.func @two_sums(%dy: memref<32x64x16x16xf32>, %a: memref<64xf32>, %b: memref
   }
   return
 }
+
+// One sum of 1,000,000 terms: moving its loop whole would give 1,000,000
+// atomic adds to one float. It is strip-mined instead: the input is
+// expanded to 1 x 4000 x 250, the 4000 join the threads (at most 4096
+// atomic adds per output) and each thread sums its 250 terms in order.
+// CHECK-LABEL: func.func @one_long_sum(
+// CHECK: %[[X:.*]] = memref.expand_shape %arg0 {{\[}}[0], [1, 2]] output_shape [1, 4000, 250] : memref<1x1000000xf32> into memref<1x4000x250xf32>
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%c0, %c0) to (%c1{{.*}}, %c4000)
+// CHECK: %[[S:.*]] = scf.for %{{.*}} = %c0 to %c250 step %c1 iter_args(
+// CHECK: memref.load %[[X]][%{{.*}}, %{{.*}}, %{{.*}}] : memref<1x4000x250xf32>
+// CHECK: memref.atomic_rmw addf %[[S]], %arg1[
+// A prime extent cannot be strip-mined: moved whole as before.
+// CHECK-LABEL: func.func @prime_sum(
+// CHECK-NOT: expand_shape
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%c0, %c0) to (%c1{{.*}}, %c65537)
+#row = affine_map<(p, r) -> (p, r)>
+#rowout = affine_map<(p, r) -> (p)>
+func.func @one_long_sum(%x: memref<1x1000000xf32>, %y: memref<1xf32>) {
+  linalg.generic {indexing_maps = [#row, #rowout], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<1x1000000xf32>) outs(%y : memref<1xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @prime_sum(%x: memref<1x65537xf32>, %y: memref<1xf32>) {
+  linalg.generic {indexing_maps = [#row, #rowout], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<1x65537xf32>) outs(%y : memref<1xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %acc, %a : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -349,7 +349,10 @@ def SplitReductionsPass : Pass<"ddpc-split-reductions", "mlir::func::FuncOp"> {
     reduction loops join the parallel loops while the thread count stays
     within `targetThreads` (a loop that would overshoot it joins only while
     each thread would keep at least `minReduction` serial terms: atomic
-    adds to one output serialize, so more threads than needed cost time);
+    adds to one output serialize, so more threads than needed cost time;
+    when moving such a loop whole would give an output more than 4096
+    atomic adds, it is strip-mined instead, its operands' dimension
+    expanded in two (memref.expand_shape) and only the outer part moved);
     each thread
     sums the remaining loops' terms and adds that partial sum to its output
     with `memref.atomic_rmw addf` (split-K in GEMM terms). Float addition order then varies between runs, as with
