@@ -433,3 +433,18 @@ def test_hardsigmoid_keeps_nan(ddpc, tmp_path):
         None, {"x": x})
     assert np.isnan(want[0][0, 0])
     assert_outputs_on_both_targets(ddpc, tmp_path, ("y",), want, 0)
+
+
+@pytest.mark.parametrize("dtype,name", [(TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"),
+                                        (TensorProto.INT4, "INT4")])
+def test_newer_dtype_is_named(ddpc, tmp_path, dtype, name):
+    """A dtype newer than the ONNX 1.12 library (8- and 4-bit types) is
+    refused by its ONNX name; it read "has dtype unsupported dtype"."""
+    w = helper.make_tensor("w", dtype, [4], [0, 1, 2, 3])
+    g = helper.make_graph([helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+                           helper.make_node("Add", ["x", "wf"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
+    assert_clean_failure(proc, tmp_path / "prog", 2, f"has dtype {name}")

@@ -65,8 +65,23 @@ const char *dtypeName(int32_t t) {
     return "uint64";
   case kBFloat16:
     return "bfloat16";
-  default:
-    return "unsupported dtype";
+  default: {
+    // The ONNX enum's own name, so that messages such as "has dtype X"
+    // name it; the ONNX 1.12 library predates the 8- and 4-bit types
+    // (TensorProto.DataType 17-24, ONNX 1.14-1.18).
+    static const char *const kNewer[] = {
+        "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ",
+        "UINT4",        "INT4",           "FLOAT4E2M1", "FLOAT8E8M0"};
+    if (t >= 17 && t <= 24)
+      return kNewer[t - 17];
+    if (::onnx::TensorProto_DataType_IsValid(t)) {
+      const std::string &name = ::onnx::TensorProto_DataType_Name(
+          static_cast<::onnx::TensorProto_DataType>(t));
+      if (!name.empty())
+        return name.c_str();
+    }
+    return "of an unknown ONNX code";
+  }
   }
 }
 
