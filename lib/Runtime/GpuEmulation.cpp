@@ -12,14 +12,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Runtime/ConstantCopies.h"
 #include "ddpc/Runtime/Gemm.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 extern "C" {
 
@@ -89,23 +88,20 @@ void ddpc_gpu_host_sync() {}
 /// per process, as the CUDA runtime's device copy is; so a wrong offset in
 /// the compiled views reads wrong values here too. Never freed.
 void *ddpc_device_constants(const void *host, int64_t bytes) {
-  static std::mutex mutex;
-  static auto *copies = new std::unordered_map<const void *, void *>;
-  std::lock_guard<std::mutex> lock(mutex);
-  void *&copy = (*copies)[host];
-  if (!copy) {
-    size_t rounded = (static_cast<size_t>(bytes) + 255) / 256 * 256;
-    copy = std::aligned_alloc(256, std::max<size_t>(rounded, 256));
-    if (!copy) {
-      std::fprintf(stderr,
-                   "error: out of memory copying %lld bytes of "
-                   "constants\n",
-                   static_cast<long long>(bytes));
-      std::exit(1);
-    }
-    std::memcpy(copy, host, static_cast<size_t>(bytes));
-  }
-  return copy;
+  return ddpc::runtime::onceCopiedConstants(
+      host, bytes, [](const void *src, int64_t n) -> void * {
+        size_t rounded = (static_cast<size_t>(n) + 255) / 256 * 256;
+        void *copy = std::aligned_alloc(256, std::max<size_t>(rounded, 256));
+        if (!copy) {
+          std::fprintf(stderr,
+                       "error: out of memory copying %lld bytes of "
+                       "constants\n",
+                       static_cast<long long>(n));
+          std::exit(1);
+        }
+        std::memcpy(copy, src, static_cast<size_t>(n));
+        return copy;
+      });
 }
 
 } // extern "C"

@@ -22,6 +22,7 @@
 #include "CudaRuntime.h"
 
 #include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/ConstantCopies.h"
 #include "ddpc/Runtime/Gemm.h"
 #include "ddpc/Runtime/Memory.h"
 
@@ -659,26 +660,23 @@ void _mlir_memref_to_llvm_free(void *ptr) { pool().release(ptr); }
 /// (one copy per process; never freed). Managed memory kept on the device,
 /// so host code may still read a constant.
 void *ddpc_device_constants(const void *host, int64_t bytes) {
-  static std::mutex mutex;
-  static auto *copies = new std::unordered_map<const void *, void *>;
-  std::lock_guard<std::mutex> lock(mutex);
-  void *&copy = (*copies)[host];
-  if (!copy) {
+  return onceCopiedConstants(host, bytes, [](const void *src, int64_t n) {
     ensureDevice();
-    size_t size = std::max<size_t>(static_cast<size_t>(bytes), 1);
+    void *copy = nullptr;
+    size_t size = std::max<size_t>(static_cast<size_t>(n), 1);
     check(cudaMallocManaged(&copy, size, cudaMemAttachGlobal),
           ("cudaMallocManaged(" + std::to_string(size) +
            " bytes of constant tensors)")
               .c_str());
     preferDevice(copy, size, /*prefetch=*/false);
     // Ordered before every kernel: the compute stream waits for it.
-    check(cudaMemcpyAsync(copy, host, static_cast<size_t>(bytes),
+    check(cudaMemcpyAsync(copy, src, static_cast<size_t>(n),
                           cudaMemcpyHostToDevice, computeStream()),
           "cudaMemcpyAsync (constant tensors)");
     check(cudaStreamSynchronize(computeStream()),
           "cudaStreamSynchronize (constant tensors)");
-  }
-  return copy;
+    return copy;
+  });
 }
 
 //===----------------------------------------------------------------------===//
