@@ -237,28 +237,31 @@ void measureAlgorithm(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p,
     return;
   }
   constexpr int kMax = 16;
-  int count = 0, best = -1;
-  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+  int count = 0, algo = -1;
   size_t memory = 0;
-  int algo = -1;
+  // The fastest supported result of a cudnnFind*AlgorithmEx call.
+  auto take = [&](cudnnStatus_t st, const auto *perf) {
+    int best = st == CUDNN_STATUS_SUCCESS ? pickIndex(perf, count) : -1;
+    if (best >= 0) {
+      algo = static_cast<int>(perf[best].algo);
+      memory = perf[best].memory;
+    }
+  };
   if (kind == 0) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-    st = a.findForward(c.handle, p.x, x, p.w, w, p.conv, p.y, scratch, kMax,
-                       &count, perf, work, kFindWorkspace);
-    if (st == CUDNN_STATUS_SUCCESS && (best = pickIndex(perf, count)) >= 0)
-      algo = perf[best].algo, memory = perf[best].memory;
+    take(a.findForward(c.handle, p.x, x, p.w, w, p.conv, p.y, scratch, kMax,
+                       &count, perf, work, kFindWorkspace),
+         perf);
   } else if (kind == 1) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-    st = a.findData(c.handle, p.w, w, p.y, y, p.conv, p.x, scratch, kMax,
-                    &count, perf, work, kFindWorkspace);
-    if (st == CUDNN_STATUS_SUCCESS && (best = pickIndex(perf, count)) >= 0)
-      algo = perf[best].algo, memory = perf[best].memory;
+    take(a.findData(c.handle, p.w, w, p.y, y, p.conv, p.x, scratch, kMax,
+                    &count, perf, work, kFindWorkspace),
+         perf);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-    st = a.findFilter(c.handle, p.x, x, p.y, y, p.conv, p.w, scratch, kMax,
-                      &count, perf, work, kFindWorkspace);
-    if (st == CUDNN_STATUS_SUCCESS && (best = pickIndex(perf, count)) >= 0)
-      algo = perf[best].algo, memory = perf[best].memory;
+    take(a.findFilter(c.handle, p.x, x, p.y, y, p.conv, p.w, scratch, kMax,
+                      &count, perf, work, kFindWorkspace),
+         perf);
   }
   cuda::check(cudaFreeAsync(work, stream), "cudaFreeAsync (cuDNN find)");
   cuda::check(cudaFreeAsync(scratch, stream), "cudaFreeAsync (cuDNN find)");
