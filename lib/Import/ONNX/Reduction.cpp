@@ -61,15 +61,16 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
     axesGiven = true;
   }
   bool keepDims = ctx.attrInt("keepdims", 1) != 0;
-  if (axes.empty()) {
-    if (ctx.attrInt("noop_with_empty_axes", 0) != 0) {
-      ctx.setOutput(0, x);
-      return success();
-    }
-    (void)axesGiven;
+  (void)axesGiven;
+  // noop_with_empty_axes=1 with no axes (attribute absent, input omitted or
+  // empty) reduces nothing, but the element function of the op still
+  // applies (ONNX reference: np.sum(np.square(x), axis=())): X for Sum,
+  // Mean, Max, Min, Prod and LogSumExp, X^2, |X|, sqrt(X^2) and log(X) for
+  // SumSquare, L1, L2 and LogSum.
+  bool noop = axes.empty() && ctx.attrInt("noop_with_empty_axes", 0) != 0;
+  if (axes.empty() && !noop)
     for (int64_t i = 0; i < rank; ++i)
       axes.push_back(i);
-  }
   for (auto &a : axes) {
     auto n = normalizeAxis(a, rank);
     if (failed(n))
@@ -86,6 +87,32 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
   if (!isF && (kind == Kind::Mean || kind == Kind::L2 || kind == Kind::LogSum ||
                kind == Kind::LogSumExp))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (noop) {
+    if (kind != Kind::SumSquare && kind != Kind::L1 && kind != Kind::L2 &&
+        kind != Kind::LogSum) {
+      ctx.setOutput(0, x);
+      return success();
+    }
+    Value r = buildElementwise(
+        ctx.builder(), ctx.loc(), x.value, x.shape(), elem,
+        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          switch (kind) {
+          case Kind::L1:
+            if (isU)
+              return a[0];
+            return isF ? math::AbsFOp::create(nb, l, a[0]).getResult()
+                       : math::AbsIOp::create(nb, l, a[0]).getResult();
+          case Kind::LogSum:
+            return math::LogOp::create(nb, l, a[0]);
+          case Kind::L2:
+            return math::SqrtOp::create(nb, l, mul(nb, l, a[0], a[0]));
+          default:
+            return mul(nb, l, a[0], a[0]);
+          }
+        });
+    ctx.setOutput(0, {r, x.dtype});
+    return success();
+  }
   int64_t count = 1;
   for (int64_t a : axes)
     count *= x.shape()[a];
@@ -131,10 +158,12 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
     input = buildElementwise(
         b, loc, input, x.shape(), elem,
         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          if (kind == Kind::L1)
-            return isF ? math::AbsFOp::create(nb, l, a[0]).getResult()
-                       : math::AbsIOp::create(nb, l, a[0]).getResult();
-          return mul(nb, l, a[0], a[0]);
+          if (kind != Kind::L1)
+            return mul(nb, l, a[0], a[0]);
+          if (isU)
+            return a[0];
+          return isF ? math::AbsFOp::create(nb, l, a[0]).getResult()
+                     : math::AbsIOp::create(nb, l, a[0]).getResult();
         });
   }
 
