@@ -23,13 +23,13 @@ def assert_clean_failure(proc, out_path, expected_code, needle):
     assert not [f for f in os.listdir(parent) if f.startswith(os.path.basename(str(out_path)))]
 
 
-def relu_model_with_external_weight(location):
+def relu_model_with_external_weight(location, offset=0):
     w = TensorProto()
     w.name = "w"
     w.data_type = TensorProto.FLOAT
     w.dims.extend([4])
     w.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", location), ("offset", "0"), ("length", "16")):
+    for k, v in (("location", location), ("offset", str(offset)), ("length", "16")):
         e = w.external_data.add()
         e.key, e.value = k, v
     g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
@@ -65,16 +65,45 @@ def test_unsupported_op_exit_2(ddpc, tmp_path):
                          "unsupported op 'Hardmax' (node 'hm', domain '', opset 13)")
 
 
-@pytest.mark.parametrize("location", ["../w.bin", "/etc/passwd", "link.bin"])
+@pytest.mark.parametrize("location", ["../w.bin", "/etc/passwd", "link.bin", "hardlink.bin",
+                                      "fifo.bin", "sub", "past-end.bin"])
 def test_external_data_outside_folder(ddpc, tmp_path, location):
+    """Every way an external-data location could read what is not the
+    model's own data is refused with one line: a path out of the folder
+    (`..`, absolute), a symlink out, a hard link (it may also be linked from
+    anywhere; onnx >= 1.20 refuses files with more than one link), a FIFO
+    (reading would block), a folder, and a range past the end of the file."""
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (tmp_path / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    offset = 0
     if location == "link.bin":
         os.symlink(tmp_path / "w.bin", model_dir / "link.bin")
-    onnx.save(relu_model_with_external_weight(location), model_dir / "m.onnx")
+    elif location == "hardlink.bin":
+        os.link(tmp_path / "w.bin", model_dir / "hardlink.bin")
+    elif location == "fifo.bin":
+        os.mkfifo(model_dir / "fifo.bin")
+    elif location == "sub":
+        (model_dir / "sub").mkdir()
+    elif location == "past-end.bin":
+        (model_dir / "past-end.bin").write_bytes(np.ones(4, np.float32).tobytes())
+        offset = 8
+    onnx.save(relu_model_with_external_weight(location, offset), model_dir / "m.onnx")
     proc = compile_model(ddpc, model_dir / "m.onnx", tmp_path / "prog")
-    assert_clean_failure(proc, tmp_path / "prog", 1, "outside" if location == "link.bin" else location)
+    needle = {"link.bin": "outside", "hardlink.bin": "2 hard links",
+              "fifo.bin": "not a regular file", "sub": "not a regular file",
+              "past-end.bin": "beyond the end"}.get(location, location)
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+
+
+@pytest.mark.parametrize("offset", ["abc", "-4", "99999999999999999999", "", "4x"])
+def test_external_data_bad_offset(ddpc, tmp_path, offset):
+    """An offset that is not a byte count is one clean error (std::stoll
+    threw, and a negative offset read before the buffer)."""
+    (tmp_path / "w.bin").write_bytes(np.ones(8, np.float32).tobytes())
+    onnx.save(relu_model_with_external_weight("w.bin", offset), tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
+    assert_clean_failure(proc, tmp_path / "prog", 1, "is not a byte count")
 
 
 def test_external_data_inside_folder_works(ddpc, tmp_path):

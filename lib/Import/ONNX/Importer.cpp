@@ -25,6 +25,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <cstring>
+#include <sys/stat.h>
 
 using namespace mlir;
 
@@ -247,6 +248,27 @@ static FailureOr<std::string> resolveExternalPath(const std::string &modelDir,
           "' resolves outside the model's folder (symlink?)";
     return failure();
   }
+  // A hard link has no "outside": the same file may also be linked from
+  // anywhere else, so, as onnx >= 1.20 does, a file with more than one link
+  // is refused. So is anything but a regular file (a FIFO would block, a
+  // device would read without end).
+  struct stat st;
+  if (::stat(realFile.c_str(), &st) != 0) {
+    why = "external data file '" + std::string(full) + "' not found";
+    return failure();
+  }
+  if (!S_ISREG(st.st_mode)) {
+    why = "external data location '" + location + "' is not a regular file";
+    return failure();
+  }
+  if (st.st_nlink > 1) {
+    why = "external data file '" + location + "' has " +
+          std::to_string(st.st_nlink) +
+          " hard links; a hard link may point at a file outside the model's "
+          "folder, so only files with one link are read (copy the data "
+          "instead of linking it)";
+    return failure();
+  }
   return std::string(realFile);
 }
 
@@ -279,12 +301,22 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &t,
     std::string location;
     int64_t offset = 0, length = -1;
     for (const auto &kv : t.external_data()) {
-      if (kv.key() == "location")
+      if (kv.key() == "location") {
         location = kv.value();
-      else if (kv.key() == "offset")
-        offset = std::stoll(kv.value());
-      else if (kv.key() == "length")
-        length = std::stoll(kv.value());
+        continue;
+      }
+      if (kv.key() != "offset" && kv.key() != "length")
+        continue;
+      // Decimal byte counts (onnx.proto: "offset", "length").
+      int64_t v = 0;
+      if (StringRef(kv.value()).getAsInteger(10, v) || v < 0) {
+        (void)fail(ImportErrorKind::Invalid,
+                   "invalid model: " + what + " '" + t.name() +
+                       "': external data " + kv.key() + " '" + kv.value() +
+                       "' is not a byte count");
+        return failure();
+      }
+      (kv.key() == "offset" ? offset : length) = v;
     }
     std::string why;
     auto path = resolveExternalPath(options.modelDir, location, why);
@@ -304,7 +336,8 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &t,
     StringRef all = (*buf)->getBuffer();
     if (length < 0)
       length = static_cast<int64_t>(all.size()) - offset;
-    if (offset < 0 || offset + length > static_cast<int64_t>(all.size())) {
+    if (offset > static_cast<int64_t>(all.size()) ||
+        length > static_cast<int64_t>(all.size()) - offset) {
       (void)fail(ImportErrorKind::Invalid,
                  "invalid model: external data for '" + t.name() +
                      "' lies beyond the end of " + *path);
