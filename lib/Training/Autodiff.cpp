@@ -10,13 +10,16 @@
 
 #include "ddpc/Import/ONNX/TensorBuilders.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -205,6 +208,10 @@ public:
     } else if (isa<math::FloorOp, math::CeilOp, arith::SIToFPOp,
                    arith::UIToFPOp, arith::ConstantOp>(op)) {
       // Zero derivative (or no float operand).
+    } else if (isa<tensor::ExtractOp>(op)) {
+      // A read of a tensor captured from above (Gather's table): a leaf.
+      // Its adjoint stays on the result; capturedTensorVJP scatters it into
+      // the tensor's cotangent when that tensor is active.
     } else {
       error = "no VJP rule for scalar op '" +
               op->getName().getStringRef().str() + "' in a linalg.generic body";
@@ -516,6 +523,140 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
   return r;
 }
 
+/// Cotangent of a tensor `src` that the body of the single-result generic
+/// `op` reads with `tensor.extract` at computed coordinates (Gather: the
+/// table, at the index that an indices input holds). Such a read has no
+/// indexing map, so the cotangent is a scatter-add: zeros shaped like
+/// `src`, then, for every iteration of `op`'s loops, in order, the adjoint
+/// of each extract's result (scalar reverse-mode AD of the recomputed body,
+/// seeded with dOut at the iteration's output element) added at that
+/// extract's coordinates. Repeated coordinates accumulate, as
+/// index_add / embedding_dense_backward do in PyTorch. Built as a nest of
+/// scf.for loops on tensors (tensor.extract + tensor.insert, which one-shot
+/// bufferization performs in place); the outermost loop is marked
+/// `ddpc.scatter_add` (ddpc-scatter-to-atomic gives it one GPU thread per
+/// iteration with atomic adds). Fails when the body uses `src` otherwise.
+FailureOr<Value> capturedTensorVJP(OpBuilder &b, Location loc,
+                                   linalg::GenericOp op, Value src, Value dOut,
+                                   std::string &error) {
+  Block &body = op.getRegion().front();
+  for (Operation *user : src.getUsers()) {
+    if (!op->isProperAncestor(user))
+      continue;
+    auto ex = dyn_cast<tensor::ExtractOp>(user);
+    if (!ex || ex->getBlock() != &body) {
+      error = "no VJP rule for a linalg.generic that uses a tensor captured "
+              "from above other than by tensor.extract in its body ('" +
+              user->getName().getStringRef().str() + "')";
+      return failure();
+    }
+  }
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (llvm::any_of(ranges, ShapedType::isDynamic)) {
+    error = "no VJP rule for a gather with dynamic loop bounds";
+    return failure();
+  }
+  auto srcType = cast<RankedTensorType>(src.getType());
+  Type elem = srcType.getElementType();
+  BlockArgument accArg = body.getArguments().back();
+  bool usesAcc = !accArg.use_empty();
+  Value firstIdx = usesAcc ? firstExtremumIndex(b, loc, op) : Value();
+  AffineMap outMap = op.getIndexingMapsArray().back();
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value init = zerosLike(b, loc, srcType.getShape(), elem);
+  // Bounds outside the nest, so that it stays perfect (ScatterToAtomic).
+  SmallVector<Value> ubs;
+  for (int64_t n : ranges)
+    ubs.push_back(arith::ConstantIndexOp::create(b, loc, n));
+  SmallVector<Value> ivs;
+
+  // Element `map(ivs)` of `t` (a scalar for a 0-d tensor).
+  auto read = [&](OpBuilder &nb, Location l, Value t, AffineMap map) {
+    SmallVector<Value> coords;
+    for (unsigned r = 0; r < map.getNumResults(); ++r)
+      coords.push_back(
+          affine::AffineApplyOp::create(nb, l, map.getSubMap({r}), ivs));
+    return tensor::ExtractOp::create(nb, l, t, coords).getResult();
+  };
+
+  // The innermost body: recompute, differentiate, scatter into `acc`.
+  auto innermost = [&](OpBuilder &nb, Location l, Value acc) -> Value {
+    IRMapping mapping;
+    for (OpOperand *in : op.getDpsInputOperands())
+      mapping.map(body.getArgument(in->getOperandNumber()),
+                  read(nb, l, in->get(), op.getMatchingIndexingMap(in)));
+    Value accValue;
+    if (usesAcc) {
+      accValue = read(nb, l, op.getResult(0), outMap);
+      mapping.map(accArg, accValue);
+    }
+    SmallVector<Operation *> cloned;
+    SmallVector<tensor::ExtractOp> reads;
+    for (Operation &bodyOp : body.without_terminator()) {
+      if (auto index = dyn_cast<linalg::IndexOp>(bodyOp)) {
+        mapping.map(index.getResult(), ivs[index.getDim()]);
+        continue;
+      }
+      Operation *c = nb.clone(bodyOp, mapping);
+      cloned.push_back(c);
+      if (auto ex = dyn_cast<tensor::ExtractOp>(c); ex && ex.getTensor() == src)
+        reads.push_back(ex);
+    }
+    ScalarAD ad(nb, l, accValue);
+    if (firstIdx) {
+      Value lin = reductionLinearIndex(nb, l, op.getIteratorTypesArray(),
+                                       op.getStaticLoopRanges());
+      ad.isFirst = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, lin,
+                                         read(nb, l, firstIdx, outMap));
+    }
+    ad.add(mapping.lookupOrDefault(body.getTerminator()->getOperand(0)),
+           read(nb, l, dOut, outMap));
+    std::string bodyError;
+    for (Operation *c : llvm::reverse(cloned))
+      if (failed(ad.visit(c, bodyError))) {
+        error = bodyError;
+        return Value();
+      }
+    for (tensor::ExtractOp ex : reads) {
+      Value adj = ad.get(ex.getResult());
+      if (!adj)
+        continue;
+      SmallVector<Value> coords(ex.getIndices());
+      Value old = tensor::ExtractOp::create(nb, l, acc, coords);
+      Value sum = arith::AddFOp::create(nb, l, old, adj);
+      acc = tensor::InsertOp::create(nb, l, sum, acc, coords);
+    }
+    return acc;
+  };
+
+  // scf.for nest over op's loops, in their order, carrying the cotangent.
+  bool failedBody = false;
+  std::function<Value(OpBuilder &, unsigned, Value)> nest =
+      [&](OpBuilder &nb, unsigned d, Value acc) -> Value {
+    if (d == ranges.size()) {
+      Value r = innermost(nb, loc, acc);
+      failedBody |= !r;
+      return r ? r : acc;
+    }
+    auto loop = scf::ForOp::create(
+        nb, loc, zero, ubs[d], one, ValueRange{acc},
+        [&](OpBuilder &lb, Location l, Value iv, ValueRange iter) {
+          ivs.push_back(iv);
+          Value r = nest(lb, d + 1, iter[0]);
+          ivs.pop_back();
+          scf::YieldOp::create(lb, l, r);
+        });
+    if (d == 0)
+      loop->setAttr("ddpc.scatter_add", b.getUnitAttr());
+    return loop.getResult(0);
+  };
+  Value r = nest(b, 0, init);
+  if (failedBody)
+    return failure();
+  return r;
+}
+
 } // namespace
 
 FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
@@ -531,10 +672,25 @@ FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
     forward.push_back(&op);
   }
   // Values that depend on `wrt` (only they need cotangents).
+  // An op reads a value through its operands or, inside its regions,
+  // captured from above (Gather's table, read by tensor.extract in a
+  // linalg.generic body): both make its results active.
   llvm::DenseSet<Value> active(wrt.begin(), wrt.end());
+  auto capturedActive = [&](Operation *op) {
+    SmallVector<Value> captured;
+    if (op->getNumRegions() == 0)
+      return captured;
+    llvm::SetVector<Value> above;
+    getUsedValuesDefinedAbove(op->getRegions(), above);
+    for (Value v : above)
+      if (active.contains(v))
+        captured.push_back(v);
+    return captured;
+  };
   for (Operation *op : forward) {
     bool any = llvm::any_of(op->getOperands(),
-                            [&](Value v) { return active.contains(v); });
+                            [&](Value v) { return active.contains(v); }) ||
+               !capturedActive(op).empty();
     if (any)
       for (Value r : op->getResults())
         if (isFloatTensor(r))
@@ -572,6 +728,12 @@ FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
         if (failed(gk))
           return failure();
         addGrad(in, *gk);
+      }
+      for (Value src : capturedActive(generic)) {
+        auto gs = capturedTensorVJP(b, loc, generic, src, g, error);
+        if (failed(gs))
+          return failure();
+        addGrad(src, *gs);
       }
       // The init operand (fill/empty) carries no cotangent we need: inits
       // of reductions are constants.
@@ -631,7 +793,8 @@ FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
         continue;
       }
     }
-    if (isa<linalg::FillOp, tensor::EmptyOp, arith::ConstantOp>(op))
+    if (isa<linalg::FillOp, tensor::EmptyOp, arith::ConstantOp>(op) &&
+        capturedActive(op).empty())
       continue;
     error = "no VJP rule for op '" + op->getName().getStringRef().str() +
             "' (on the path from the parameters to the loss)";

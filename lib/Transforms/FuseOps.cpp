@@ -177,7 +177,11 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
     // Label the groups.
     int64_t id = 0;
     Builder b(func.getContext());
-    func.walk([&](linalg::LinalgOp op) {
+    // Each remaining linalg op is a group, and so is each scatter-add loop
+    // nest of a gradient (Autodiff.cpp: the table of a Gather).
+    func.walk([&](Operation *op) {
+      if (!isa<linalg::LinalgOp>(op) && !op->hasAttr("ddpc.scatter_add"))
+        return;
       llvm::SetVector<StringRef> names;
       collectNames(op->getLoc(), names);
       SmallVector<Attribute> nameAttrs;

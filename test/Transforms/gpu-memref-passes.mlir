@@ -136,6 +136,59 @@ func.func @scatter(%g: memref<6xf32>, %w: memref<3xf32>, %out: memref<8xf32>) {
 
 // -----
 
+// Tests that a scatter-add loop nest of a Gather's gradient (marked
+// ddpc.scatter_add by autodiff: d_table[idx[i], j] += g[i, j]) becomes one
+// 2-d scf.parallel whose read-modify-write is an atomic add.
+// CHECK-LABEL: func.func @gather_scatter(
+// CHECK: scf.parallel (%[[I:.*]], %[[J:.*]]) = (%c0, %c0) to (%c4, %c3)
+// CHECK: %[[R:.*]] = arith.index_cast
+// CHECK: %[[G:.*]] = memref.load %arg1[%[[I]], %[[J]]]
+// CHECK-NOT: memref.load %arg2
+// CHECK: memref.atomic_rmw addf %[[G]], %arg2[%[[R]], %[[J]]]
+// CHECK-NOT: memref.store
+// CHECK: } {ddpc.scatter_add}
+func.func @gather_scatter(%idx: memref<4xi64>, %g: memref<4x3xf32>, %t: memref<5x3xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c1 {
+    scf.for %j = %c0 to %c3 step %c1 {
+      %x = memref.load %idx[%i] : memref<4xi64>
+      %r = arith.index_cast %x : i64 to index
+      %v = memref.load %g[%i, %j] : memref<4x3xf32>
+      %old = memref.load %t[%r, %j] : memref<5x3xf32>
+      %new = arith.addf %old, %v : f32
+      memref.store %new, %t[%r, %j] : memref<5x3xf32>
+    }
+  } {ddpc.scatter_add}
+  return
+}
+
+// -----
+
+// Tests that a marked loop whose updated buffer is also read elsewhere in
+// the body stays serial (parallel iterations would see partial sums).
+// CHECK-LABEL: func.func @scatter_read_elsewhere(
+// CHECK-NOT: scf.parallel
+// CHECK-NOT: atomic_rmw
+func.func @scatter_read_elsewhere(%g: memref<4xf32>, %t: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c1 {
+    %first = memref.load %t[%c0] : memref<4xf32>
+    %v = memref.load %g[%i] : memref<4xf32>
+    %w = arith.mulf %v, %first : f32
+    %old = memref.load %t[%i] : memref<4xf32>
+    %new = arith.addf %old, %w : f32
+    memref.store %new, %t[%i] : memref<4xf32>
+  } {ddpc.scatter_add}
+  return
+}
+
+// -----
+
 // CHECK-LABEL: func.func @copy(
 // CHECK: linalg.copy ins(%arg0 : memref<4x4xf32>) outs(%arg1 : memref<4x4xf32>)
 // CHECK-NOT: memref.copy

@@ -35,8 +35,8 @@ def model(nodes, inputs, outputs, inits=(), opset=17):
     return m
 
 
-def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=()):
-    prog = ddpc.compile(m, vjp=True, onnx_checker=False)
+def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), target="cpu"):
+    prog = ddpc.compile(m, vjp=True, onnx_checker=False, target=target)
     feeds = {}
     for name, shape in inputs:
         x = rng.standard_normal(shape)
@@ -324,6 +324,47 @@ def test_reductions(op):
     m = model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], ins, [("y", [3, 2])],
               inits, opset=18)
     check_gradients(m, ins, np.random.default_rng(11))
+
+
+def i64(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+# Gather's gradient w.r.t. its data is a scatter-add: repeated indices
+# accumulate, negative ones count from the end. It was a zero tensor
+# (issue 17): an embedding table never trained. cuda-emulate runs the
+# scatter as the GPU does, one thread per element with atomic adds.
+GATHERS = {
+    "axis0-repeats-negative": ([("data", [5, 3])], [i64("idx", [[0, 2], [2, -1], [4, 0]])],
+                               dict(axis=0), [3, 2, 3]),
+    "axis1": ([("data", [2, 4, 3])], [i64("idx", [3, -4, 1, 3])], dict(axis=1), [2, 4, 3]),
+    "scalar-index": ([("data", [3, 4])], [i64("idx", 1)], dict(axis=1), [3]),
+    "last-axis": ([("data", [2, 3])], [i64("idx", [[2, 2], [0, -3]])], dict(axis=-1),
+                  [2, 2, 2]),
+}
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize("case", sorted(GATHERS))
+def test_gather(case, target):
+    ins, inits, attrs, out = GATHERS[case]
+    m = model([helper.make_node("Gather", ["data", "idx"], ["y"], **attrs)], ins,
+              [("y", out)], inits)
+    check_gradients(m, ins, np.random.default_rng(14), target=target)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+def test_gather_of_an_intermediate_and_a_tied_table(target):
+    """The table is a computed tensor (Tanh of an input) and is also read
+    directly, as a weight tied between an embedding and an output head:
+    logits = Gather(E, ids) @ E^T. Both uses contribute to dE."""
+    ins = [("w", [6, 4])]
+    nodes = [helper.make_node("Tanh", ["w"], ["e"]),
+             helper.make_node("Gather", ["e", "ids"], ["emb"], axis=0),
+             helper.make_node("Transpose", ["e"], ["et"], perm=[1, 0]),
+             helper.make_node("MatMul", ["emb", "et"], ["y"])]
+    m = model(nodes, ins, [("y", [2, 3, 6])], [i64("ids", [[1, 5, 1], [0, 1, -1]])])
+    check_gradients(m, ins, np.random.default_rng(15), target=target)
 
 
 def test_where():

@@ -44,7 +44,8 @@ def FuseOpsPass : Pass<"ddpc-fuse-ops", "mlir::func::FuncOp"> {
         again) it is not fused: its result is written anyway, and
         recomputing it would keep its inputs alive longer.
     Finally erases results of fused ops that nothing reads.
-    Every linalg op that remains is one kernel ("fusion group"); it gets
+    Every linalg op that remains is one kernel ("fusion group"), and so is
+    every scatter-add loop nest of a gradient (`ddpc.scatter_add`); each gets
       ddpc.fusion_group = <i64 id>   (program order within the function)
       ddpc.fused_nodes = [names]     (the ONNX nodes it computes)
     which `--dump-ir` shows. The pass never fails.
@@ -303,6 +304,14 @@ def ScatterToAtomicPass : Pass<"ddpc-scatter-to-atomic", "mlir::func::FuncOp"> {
     body does `memref.atomic_rmw addf` of f(inputs): the same sum, computed
     by one GPU thread per iteration. Float addition order then varies
     between runs (as with PyTorch's atomics-based backward kernels).
+
+    Likewise a perfect scf.for nest marked `ddpc.scatter_add` (the
+    gradient of a tensor that a generic reads at computed coordinates, e.g.
+    Gather's table: `d_table[idx[i], j] += g[i, j]`) whose only writes are
+    read-modify-write additions `m[c] = m[c] + v` to buffers it reads
+    nowhere else becomes an scf.parallel over all its loops with
+    `memref.atomic_rmw addf v, m[c]`; otherwise it stays serial (a
+    one-thread kernel, ddpc-serial-loops-to-device).
   }];
   let dependentDialects = [
     "mlir::affine::AffineDialect",

@@ -466,6 +466,11 @@ LogicalResult importGather(NodeContext &ctx) {
             arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, idx, zero);
         idx = arith::SelectOp::create(b, l, neg,
                                       arith::AddIOp::create(b, l, idx, n), idx);
+        // Clamped, so that an index out of range never reads outside the
+        // table; the run-time check (below) reports it after the step.
+        idx = arith::MinSIOp::create(
+            b, l, arith::MaxSIOp::create(b, l, idx, zero).getResult(),
+            arith::ConstantIndexOp::create(b, l, dimSize - 1).getResult());
         SmallVector<Value> coords;
         for (int64_t d = 0; d < axis; ++d)
           coords.push_back(linalg::IndexOp::create(b, l, d));
