@@ -344,7 +344,7 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
       os << d << "LL, ";
     os << "0};\n";
   };
-  os << "const int32_t ddpc_data_dtype = 1;\n";
+  os << "const int32_t ddpc_data_dtype = " << info.dataDType << ";\n";
   dims("data", info.dataShape);
   os << "const int32_t ddpc_label_dtype = " << info.labelDType << ";\n";
   dims("label", info.labelShape);
@@ -941,8 +941,8 @@ int compile(const CompileOptions &options, std::string &error,
       return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
                                                          : kCompileError;
     // The plan's inputs: what one rank reads per micro-batch from --data
-    // (float32) and --labels.
-    ins = {{"data", 1, trainInfo.dataShape},
+    // (float32 or integer token ids) and --labels.
+    ins = {{"data", trainInfo.dataDType, trainInfo.dataShape},
            {"labels", trainInfo.labelDType, trainInfo.labelShape}};
     if (!runPhase("training", [&](OpPassManager &pm) {
           pm.addPass(createCanonicalizerPass());

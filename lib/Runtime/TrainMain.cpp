@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@ using namespace ddpc::runtime;
 namespace {
 
 constexpr int32_t kOnnxFloat = 1;
+constexpr int32_t kOnnxInt32 = 6;
 constexpr int32_t kOnnxInt64 = 7;
 
 /// Where an Aligned buffer lives (Memory.h): with the compiled code's
@@ -144,7 +146,9 @@ void printUsage(const char *prog) {
       "usage: %s --data X.npy --labels Y.npy --epochs E [options]\n\n"
       "Trains the compiled model '%s' (optimizer: %s). Run it plain for one "
       "process or\nunder `mpirun -np N` for data-parallel training.\n\n"
-      "  --data X.npy            float32 samples [N, ...]\n"
+      "  --data X.npy            samples [N, ...] (the model input's dtype: "
+      "float32,\n"
+      "                          or int64/int32 token ids)\n"
       "  --labels Y.npy          labels [N, ...] (int64/int32/uint8 class ids "
       "or float)\n"
       "  --epochs E              number of passes over the data\n"
@@ -305,15 +309,18 @@ Options parseOptions(int argc, char **argv) {
   return o;
 }
 
-/// A dataset in the step's layout: float32 rows of `rowFloats` and labels
-/// (int64 or float32) of `labelElems` elements per sample.
+/// A dataset in the step's layout: rows of `rowElems` data elements of
+/// `xItem` bytes (float32, int64 or int32: the data input's dtype) and
+/// labels (int64 or float32) of `labelElems` elements per sample.
 struct Dataset {
   int64_t n = 0;
-  int64_t rowFloats = 1;
+  int64_t rowElems = 1;
+  size_t xItem = 4;
   int64_t labelElems = 1;
   size_t labelItem = 8;
-  std::vector<float> x;
+  std::vector<uint8_t> x; // the data input's dtype
   std::vector<uint8_t> y; // int64 or float32 elements
+  size_t rowBytes() const { return static_cast<size_t>(rowElems) * xItem; }
 };
 
 std::vector<int64_t> tail(const int64_t *shape, int32_t rank) {
@@ -333,7 +340,95 @@ template <typename T> T loadAs(const uint8_t *p) {
   return v;
 }
 
-/// Reads and checks data and labels; converts label dtypes.
+/// Integer element `i` of an integer .npy array (ONNX dtype `dtype`).
+/// `ok` is false for a uint64 above INT64_MAX.
+int64_t integerAt(const uint8_t *src, int32_t dtype, int64_t i, bool &ok) {
+  ok = true;
+  switch (dtype) {
+  case 2:
+    return loadAs<uint8_t>(src + i);
+  case 3:
+    return loadAs<int8_t>(src + i);
+  case 4:
+    return loadAs<uint16_t>(src + 2 * i);
+  case 5:
+    return loadAs<int16_t>(src + 2 * i);
+  case 6:
+    return loadAs<int32_t>(src + 4 * i);
+  case 12:
+    return loadAs<uint32_t>(src + 4 * i);
+  case 13: {
+    uint64_t v = loadAs<uint64_t>(src + 8 * i);
+    ok = v <= static_cast<uint64_t>(INT64_MAX);
+    return static_cast<int64_t>(v);
+  }
+  default:
+    return loadAs<int64_t>(src + 8 * i);
+  }
+}
+
+bool isIntegerNpy(int32_t dtype) {
+  return dtype == 2 || dtype == 3 || dtype == 4 || dtype == 5 || dtype == 6 ||
+         dtype == 7 || dtype == 12 || dtype == 13;
+}
+
+/// What a file may hold for a tensor of ONNX dtype `want`.
+const char *acceptedDTypes(int32_t want) {
+  return want == kOnnxFloat ? "float32 (or float64)"
+         : want == kOnnxInt32
+             ? "int32 (or another integer dtype, values in int32's range)"
+             : "int64 (or int32/int16/int8/uint8/uint16/uint32/uint64)";
+}
+
+/// Converts `a` (count elements) to the step's dtype `want` (float32: from
+/// float32/float64; int64 and int32: from any integer dtype) into `out`.
+/// Returns false with `why` for another dtype or a value out of range.
+/// `check(v, i)`, for integers, may refuse element i (labels: a class id).
+bool convertElements(const NpyArray &a, int64_t count, int32_t want,
+                     std::vector<uint8_t> &out, std::string &why,
+                     const std::function<bool(int64_t, int64_t)> &check = {}) {
+  const uint8_t *src = a.data.data();
+  if (want == kOnnxFloat) {
+    if (a.dtype != kOnnxFloat && a.dtype != 11)
+      return false;
+    out.resize(static_cast<size_t>(count) * 4);
+    if (a.dtype == kOnnxFloat) {
+      std::memcpy(out.data(), src, out.size());
+      return true;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      float v = static_cast<float>(loadAs<double>(src + 8 * i));
+      std::memcpy(out.data() + 4 * i, &v, 4);
+    }
+    return true;
+  }
+  if (!isIntegerNpy(a.dtype))
+    return false;
+  size_t item = want == kOnnxInt32 ? 4 : 8;
+  out.resize(static_cast<size_t>(count) * item);
+  for (int64_t i = 0; i < count; ++i) {
+    bool ok;
+    int64_t v = integerAt(src, a.dtype, i, ok);
+    if (!ok || (item == 4 && (v < INT32_MIN || v > INT32_MAX))) {
+      why = "element " + std::to_string(i) + " (" +
+            (ok ? std::to_string(v)
+                : std::to_string(loadAs<uint64_t>(src + 8 * i))) +
+            ") does not fit in " + (item == 4 ? "int32" : "int64");
+      return false;
+    }
+    if (check && !check(v, i))
+      return false;
+    if (item == 4) {
+      int32_t w = static_cast<int32_t>(v);
+      std::memcpy(out.data() + 4 * i, &w, 4);
+    } else {
+      std::memcpy(out.data() + 8 * i, &v, 8);
+    }
+  }
+  return true;
+}
+
+/// Reads and checks data and labels; converts their dtypes to the step's.
 Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   Dataset ds;
   std::string err;
@@ -343,22 +438,20 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   std::vector<int64_t> rowShape = tail(ddpc_data_shape, ddpc_data_rank);
   std::vector<int64_t> gotRest(
       x.shape.empty() ? x.shape.begin() : x.shape.begin() + 1, x.shape.end());
-  if ((x.dtype != kOnnxFloat && x.dtype != 11) || x.shape.empty() ||
-      gotRest != rowShape)
-    fatalError(dataPath + ": expected float32 data of shape " +
-               withN(rowShape, "N") + ", got " + dtypeName(x.dtype) +
-               formatShape(x.shape));
+  auto badData = [&](const std::string &why) {
+    fatalError(dataPath + ": expected data of shape " + withN(rowShape, "N") +
+               " with dtype " + acceptedDTypes(ddpc_data_dtype) + ", got " +
+               dtypeName(x.dtype) + formatShape(x.shape) +
+               (why.empty() ? "" : ": " + why));
+  };
+  if (x.shape.empty() || gotRest != rowShape)
+    badData("");
   ds.n = x.shape[0];
   for (int64_t d : rowShape)
-    ds.rowFloats *= d;
-  int64_t total = ds.n * ds.rowFloats;
-  ds.x.resize(static_cast<size_t>(total));
-  if (x.dtype == kOnnxFloat) {
-    std::memcpy(ds.x.data(), x.data.data(), total * sizeof(float));
-  } else {
-    for (int64_t i = 0; i < total; ++i)
-      ds.x[i] = static_cast<float>(loadAs<double>(x.data.data() + i * 8));
-  }
+    ds.rowElems *= d;
+  ds.xItem = ddpc_data_dtype == kOnnxInt64 ? 8 : 4;
+  if (!convertElements(x, ds.n * ds.rowElems, ddpc_data_dtype, ds.x, err))
+    badData(err);
   x.data = {};
 
   NpyArray y;
@@ -368,89 +461,42 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   std::vector<int64_t> expect = labelRest;
   expect.insert(expect.begin(), ds.n);
   bool isInt = ddpc_label_dtype == kOnnxInt64;
-  const char *accepted = isInt
-                             ? "int64 (or int32/int16/int8/uint8/uint16/uint32)"
-                             : "float32 (or float64)";
-  bool dtypeOk;
-  switch (y.dtype) {
-  case 2:
-  case 3:
-  case 4:
-  case 5:
-  case 6:
-  case 7:
-  case 12:
-    dtypeOk = isInt;
-    break;
-  case 1:
-  case 11:
-    dtypeOk = !isInt;
-    break;
-  default:
-    dtypeOk = false;
-  }
-  if (!dtypeOk || y.shape != expect)
-    fatalError(labelPath + ": expected labels of shape " + formatShape(expect) +
-               " (N = " + std::to_string(ds.n) + " samples in " + dataPath +
-               ") with dtype " + accepted + ", got " + dtypeName(y.dtype) +
-               formatShape(y.shape));
   for (int64_t d : labelRest)
     ds.labelElems *= d;
-  int64_t count = ds.n * ds.labelElems;
   ds.labelItem = isInt ? 8 : 4;
-  ds.y.resize(static_cast<size_t>(count) * ds.labelItem);
-  const uint8_t *src = y.data.data();
-  for (int64_t i = 0; i < count; ++i) {
-    if (isInt) {
-      int64_t v = 0;
-      switch (y.dtype) {
-      case 2:
-        v = loadAs<uint8_t>(src + i);
-        break;
-      case 3:
-        v = loadAs<int8_t>(src + i);
-        break;
-      case 4:
-        v = loadAs<uint16_t>(src + 2 * i);
-        break;
-      case 5:
-        v = loadAs<int16_t>(src + 2 * i);
-        break;
-      case 6:
-        v = loadAs<int32_t>(src + 4 * i);
-        break;
-      case 12:
-        v = loadAs<uint32_t>(src + 4 * i);
-        break;
-      default:
-        v = loadAs<int64_t>(src + 8 * i);
-        break;
-      }
-      if (v < 0)
-        fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
-                   std::to_string(i / ds.labelElems) + " is negative");
-      if (ddpc_num_classes > 0 && v >= ddpc_num_classes)
-        fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
-                   std::to_string(i / ds.labelElems) +
-                   " is out of range: the model has " +
-                   std::to_string(ddpc_num_classes) + " classes (0.." +
-                   std::to_string(ddpc_num_classes - 1) + ")");
-      std::memcpy(ds.y.data() + 8 * i, &v, 8);
-    } else {
-      float v = y.dtype == kOnnxFloat
-                    ? loadAs<float>(src + 4 * i)
-                    : static_cast<float>(loadAs<double>(src + 8 * i));
-      std::memcpy(ds.y.data() + 4 * i, &v, 4);
-    }
-  }
+  auto badLabels = [&](const std::string &why) {
+    fatalError(labelPath + ": expected labels of shape " + formatShape(expect) +
+               " (N = " + std::to_string(ds.n) + " samples in " + dataPath +
+               ") with dtype " + acceptedDTypes(ddpc_label_dtype) + ", got " +
+               dtypeName(y.dtype) + formatShape(y.shape) +
+               (why.empty() ? "" : ": " + why));
+  };
+  if (y.shape != expect)
+    badLabels("");
+  auto classId = [&](int64_t v, int64_t i) {
+    if (v < 0)
+      fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
+                 std::to_string(i / ds.labelElems) + " is negative");
+    if (ddpc_num_classes > 0 && v >= ddpc_num_classes)
+      fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
+                 std::to_string(i / ds.labelElems) +
+                 " is out of range: the model has " +
+                 std::to_string(ddpc_num_classes) + " classes (0.." +
+                 std::to_string(ddpc_num_classes - 1) + ")");
+    return true;
+  };
+  err.clear();
+  if (!convertElements(y, ds.n * ds.labelElems, ddpc_label_dtype, ds.y, err,
+                       classId))
+    badLabels(err);
   return ds;
 }
 
 /// Copies sample `idx` of `ds` into row `row` of the batch buffers.
-void gatherRow(const Dataset &ds, int64_t idx, int64_t row, float *x,
+void gatherRow(const Dataset &ds, int64_t idx, int64_t row, uint8_t *x,
                uint8_t *y) {
-  std::memcpy(x + row * ds.rowFloats, ds.x.data() + idx * ds.rowFloats,
-              ds.rowFloats * sizeof(float));
+  std::memcpy(x + row * ds.rowBytes(), ds.x.data() + idx * ds.rowBytes(),
+              ds.rowBytes());
   size_t lb = ds.labelElems * ds.labelItem;
   std::memcpy(y + row * lb, ds.y.data() + idx * lb, lb);
 }
@@ -472,7 +518,7 @@ public:
       : ds(ds), B(B), K(K), rank(rank), world(world),
         stepsPerEpoch(stepsPerEpoch), seed(seed), shuffle(shuffle),
         epoch(epoch), step(step) {
-    xBytes = static_cast<size_t>(B * ds.rowFloats) * sizeof(float);
+    xBytes = static_cast<size_t>(B) * ds.rowBytes();
     yBytes = static_cast<size_t>(B * ds.labelElems) * ds.labelItem;
     for (Slot &slot : slots) {
       slot.x = allocateStaging(xBytes);
@@ -542,7 +588,7 @@ private:
         Slot &slot = slots[produced % kSlots];
         int64_t begin = sliceBegin(step, k, rank, B, world, K);
         for (int64_t j = 0; j < B; ++j)
-          gatherRow(ds, order[begin + j], j, static_cast<float *>(slot.x),
+          gatherRow(ds, order[begin + j], j, static_cast<uint8_t *>(slot.x),
                     static_cast<uint8_t *>(slot.y));
         {
           std::lock_guard<std::mutex> lock(mutex);
@@ -603,7 +649,8 @@ int run(int argc, char **argv) {
   const int64_t K = ddpc_grad_accum_steps;
   if (B < 1 || K < 1 || ddpc_data_rank < 1 || ddpc_label_rank < 1 ||
       ddpc_data_shape[0] != B || ddpc_label_shape[0] != B ||
-      ddpc_data_dtype != kOnnxFloat ||
+      (ddpc_data_dtype != kOnnxFloat && ddpc_data_dtype != kOnnxInt64 &&
+       ddpc_data_dtype != kOnnxInt32) ||
       (ddpc_label_dtype != kOnnxInt64 && ddpc_label_dtype != kOnnxFloat) ||
       ddpc_opt_slots < 0)
     fatalError("the compiled model's training tables are inconsistent "
@@ -772,7 +819,7 @@ int run(int argc, char **argv) {
   }
 
   // Micro-batch staging buffers.
-  Aligned xBatch(static_cast<size_t>(B * train.rowFloats) * sizeof(float));
+  Aligned xBatch(static_cast<size_t>(B) * train.rowBytes());
   Aligned yBatch(static_cast<size_t>(B * train.labelElems) * train.labelItem);
   // Per-step scalars the host reads or writes: host-shared (Memory.h).
   constexpr Placement kHost = Placement::HostShared;
@@ -827,7 +874,8 @@ int run(int argc, char **argv) {
     for (size_t start = 0; start < mine.size(); start += B) {
       int64_t valid = std::min<int64_t>(B, mine.size() - start);
       for (int64_t j = 0; j < B; ++j)
-        gatherRow(val, mine[start + std::min(j, valid - 1)], j, xBatch.f(),
+        gatherRow(val, mine[start + std::min(j, valid - 1)], j,
+                  static_cast<uint8_t *>(xBatch.ptr),
                   static_cast<uint8_t *>(yBatch.ptr));
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)

@@ -357,10 +357,20 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     return failure();
   }
   auto dataType = cast<RankedTensorType>(fty.getInput(dataArg));
-  if (!dataType.getElementType().isF32()) {
-    error = "the data input must be float32";
+  // float32 samples, or integer token ids (int64, int32).
+  auto dataDType =
+      fwdTrain.getArgAttrOfType<IntegerAttr>(dataArg, "ddpc.dtype");
+  int32_t dd = dataDType ? dataDType.getInt() : 0;
+  if (dd != 1 && dd != 7 && dd != 6) {
+    std::string got;
+    llvm::raw_string_ostream os(got);
+    os << dataType.getElementType();
+    error = "the data input '" + argName(fwdTrain, dataArg).str() +
+            "' has element type " + got +
+            "; training programs take float32 data or int64/int32 token ids";
     return failure();
   }
+  info.dataDType = dd;
   int64_t B = dataType.getDimSize(0);
   unsigned outIdx = 0;
   auto outType = cast<RankedTensorType>(fty.getResult(outIdx));

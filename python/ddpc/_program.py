@@ -364,7 +364,9 @@ class Program:
         through ``mpirun --oversubscribe -np ranks`` when ``ranks > 1``.
 
         Args:
-            data: ``[N, ...]`` samples (float32), N >= global batch.
+            data: ``[N, ...]`` samples in the model input's dtype (float32,
+                or int64/int32 token ids; float64 and other integer arrays
+                are converted), N >= global batch.
             labels: ``[N]`` int64 class indices for cross-entropy, or
                 ``[N, ...]`` float32 targets for mse.
             epochs: passes over the data.

@@ -47,6 +47,8 @@ struct TrainingProgramInfo {
   std::string optimizerDesc;
   int64_t batchSize = 0;
   llvm::SmallVector<int64_t> dataShape, labelShape;
+  /// ONNX dtype of the data input: 1 (float32), 7 (int64) or 6 (int32).
+  int32_t dataDType = 1;
   int32_t labelDType = 7;
   bool classification = true;
   /// Classes of a cross-entropy loss (logits' last dim); 0 otherwise.
