@@ -150,6 +150,8 @@ NB_MODULE(_ddpc, m) {
       .def_rw("sync_batchnorm", &ddpc::TrainOptions::syncBatchNorm)
       .def_rw("bucket_cap_mb", &ddpc::TrainOptions::bucketCapMB);
 
+  m.def("supported_ops", &ddpc::supportedONNXOpTypes,
+        "The ONNX op types (default domain) the importer registers, sorted.");
   m.def(
       "compile", &compileModel, "output_path"_a, "emit"_a, "input_path"_a = "",
       "model_bytes"_a = nb::none(), "model_dir"_a = "", "target"_a = "cpu",

@@ -322,6 +322,86 @@ Value firstExtremumIndex(OpBuilder &b, Location loc, linalg::GenericOp op) {
   return first.getResult(0);
 }
 
+/// How the body of a single-result generic uses its accumulator.
+enum class Combiner {
+  None,     ///< Not at all (elementwise, or writes without reading).
+  Add,      ///< yield acc + v: sums (ReduceSum, contractions, ...).
+  Extremum, ///< yield max/min(acc, v) (MaxPool, ReduceMax, ...).
+  Mul,      ///< yield acc * v (ReduceProd).
+  Other,    ///< Anything else: no VJP rule.
+};
+
+/// The combiner of `op` and, through `combineOp`, the op that combines.
+Combiner combinerOf(linalg::GenericOp op, Operation **combineOp = nullptr) {
+  Block &body = op.getRegion().front();
+  BlockArgument acc = body.getArguments().back();
+  if (acc.use_empty())
+    return Combiner::None;
+  Operation *comb = body.getTerminator()->getOperand(0).getDefiningOp();
+  if (combineOp)
+    *combineOp = comb;
+  if (!comb || !acc.hasOneUse() || *acc.getUsers().begin() != comb ||
+      comb->getNumOperands() != 2)
+    return Combiner::Other;
+  if (isa<arith::AddFOp>(comb))
+    return Combiner::Add;
+  if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MinimumFOp,
+          arith::MinNumFOp>(comb))
+    return Combiner::Extremum;
+  if (isa<arith::MulFOp>(comb))
+    return Combiner::Mul;
+  return Combiner::Other;
+}
+
+/// For a generic that yields `acc * v` (ReduceProd): per output element,
+/// the number of iterations with v == 0 and the product of the init and
+/// the nonzero v (two tensors shaped like the result). The derivative of
+/// the product by one term is the product of the others: p / v when no
+/// term is 0, p at the only zero term, and 0 otherwise (PyTorch's
+/// prod_backward handles zeros the same way), never 0 * inf.
+std::pair<Value, Value> productFactors(OpBuilder &b, Location loc,
+                                       linalg::GenericOp op, Operation *mul) {
+  Block &body = op.getRegion().front();
+  BlockArgument accArg = body.getArguments().back();
+  Value v =
+      mul->getOperand(0) == accArg ? mul->getOperand(1) : mul->getOperand(0);
+  auto resType = cast<RankedTensorType>(op.getResult(0).getType());
+  Type elem = resType.getElementType();
+  Value zeros = zerosLike(b, loc, resType.getShape(), elem);
+  Value inits = op.getDpsInits()[0];
+  SmallVector<Value> ins = llvm::to_vector(op.getDpsInputs());
+  SmallVector<AffineMap> maps;
+  for (OpOperand *o : op.getDpsInputOperands())
+    maps.push_back(op.getMatchingIndexingMap(o));
+  AffineMap outMap = op.getIndexingMapsArray().back();
+  maps.push_back(outMap);
+  maps.push_back(outMap);
+  auto aux = linalg::GenericOp::create(
+      b, loc, TypeRange{resType, resType}, ins, ValueRange{zeros, inits}, maps,
+      op.getIteratorTypesArray(),
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        IRMapping mapping;
+        for (unsigned i = 0; i < op.getNumDpsInputs(); ++i)
+          mapping.map(body.getArgument(i), args[i]);
+        for (Operation &bodyOp : body.without_terminator())
+          if (&bodyOp != mul)
+            nb.clone(bodyOp, mapping);
+        Value x = mapping.lookupOrDefault(v);
+        Value zero = scalarConst(nb, l, elem, 0.0);
+        Value isZero =
+            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x, zero);
+        Value count = arith::AddFOp::create(
+            nb, l, args[args.size() - 2],
+            arith::SelectOp::create(nb, l, isZero,
+                                    scalarConst(nb, l, elem, 1.0), zero));
+        Value prod = arith::SelectOp::create(
+            nb, l, isZero, args.back(),
+            arith::MulFOp::create(nb, l, args.back(), x));
+        linalg::YieldOp::create(nb, l, ValueRange{count, prod});
+      });
+  return {aux.getResult(0), aux.getResult(1)};
+}
+
 /// True when `op` is ONNX Relu as the importer builds it: one input read
 /// with the result's indexing map, all loops parallel, and the body
 /// `select(x > 0, x, select(isnan(x), x, 0))`. Its derivative, the mask
@@ -463,10 +543,29 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
   unsigned dOutIdx = ins.size();
   ins.push_back(dOut);
   maps.push_back(outMap);
-  Value firstIdx = usesAcc ? firstExtremumIndex(b, loc, op) : Value();
+  Operation *combine = nullptr;
+  Combiner combiner = combinerOf(op, &combine);
+  if (combiner == Combiner::Other) {
+    error = "no VJP rule for a reduction that combines its accumulator "
+            "with '" +
+            (combine ? combine->getName().getStringRef().str()
+                     : std::string("its block argument")) +
+            "'";
+    return failure();
+  }
+  Value firstIdx =
+      combiner == Combiner::Extremum ? firstExtremumIndex(b, loc, op) : Value();
   unsigned firstIdxPos = ins.size();
   if (firstIdx) {
     ins.push_back(firstIdx);
+    maps.push_back(outMap);
+  }
+  unsigned factorsPos = ins.size();
+  if (combiner == Combiner::Mul) {
+    auto [zeroCount, product] = productFactors(b, loc, op, combine);
+    ins.push_back(zeroCount);
+    ins.push_back(product);
+    maps.push_back(outMap);
     maps.push_back(outMap);
   }
   maps.push_back(gradMap);
@@ -500,7 +599,27 @@ FailureOr<Value> genericVJP(OpBuilder &b, Location loc, linalg::GenericOp op,
           ad.isFirst = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq,
                                              lin, args[firstIdxPos]);
         }
-        ad.add(yielded, args[dOutIdx]);
+        if (combiner == Combiner::Mul) {
+          // d result / d v = product of the other terms (productFactors).
+          Value v = mapping.lookupOrDefault(combine->getOperand(0) == accArg
+                                                ? combine->getOperand(1)
+                                                : combine->getOperand(0));
+          Value zeros = args[factorsPos], prod = args[factorsPos + 1];
+          auto c = [&](double x) { return scalarConst(nb, l, elem, x); };
+          auto eq = [&](Value x, double y) {
+            return arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, x,
+                                         c(y));
+          };
+          Value others = arith::SelectOp::create(
+              nb, l, eq(v, 0.0),
+              arith::SelectOp::create(nb, l, eq(zeros, 1.0), prod, c(0.0)),
+              arith::SelectOp::create(nb, l, eq(zeros, 0.0),
+                                      arith::DivFOp::create(nb, l, prod, v),
+                                      c(0.0)));
+          ad.add(v, arith::MulFOp::create(nb, l, args[dOutIdx], others));
+        } else {
+          ad.add(yielded, args[dOutIdx]);
+        }
         for (Operation *c : llvm::reverse(cloned))
           if (failed(ad.visit(c, bodyError)))
             break;
@@ -560,7 +679,14 @@ FailureOr<Value> capturedTensorVJP(OpBuilder &b, Location loc,
   Type elem = srcType.getElementType();
   BlockArgument accArg = body.getArguments().back();
   bool usesAcc = !accArg.use_empty();
-  Value firstIdx = usesAcc ? firstExtremumIndex(b, loc, op) : Value();
+  Combiner combiner = combinerOf(op);
+  if (combiner == Combiner::Other || combiner == Combiner::Mul) {
+    error = "no VJP rule for a product or other non-additive reduction over "
+            "a gathered tensor";
+    return failure();
+  }
+  Value firstIdx =
+      combiner == Combiner::Extremum ? firstExtremumIndex(b, loc, op) : Value();
   AffineMap outMap = op.getIndexingMapsArray().back();
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
   Value one = arith::ConstantIndexOp::create(b, loc, 1);

@@ -11,7 +11,7 @@ See :func:`compile`, :class:`Program`, :class:`TrainConfig`.
 
 from __future__ import annotations
 
-from ._compile import CompileError, TrainConfig, compile
+from ._compile import CompileError, TrainConfig, compile, supported_ops
 from ._program import Program, TensorSpec, TrainResult
 
 __version__ = "0.1.0"
@@ -23,4 +23,5 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "compile",
+    "supported_ops",
 ]

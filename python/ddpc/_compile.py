@@ -269,6 +269,13 @@ class _Request:
         return stages, report
 
 
+def supported_ops() -> list[str]:
+    """The ONNX op types (default domain) ddpc imports, sorted; the same
+    list as ``ddpc ops``. An op outside it fails to compile with
+    :class:`CompileError` (``unsupported=True``) naming the node."""
+    return list(native().supported_ops())
+
+
 def _model_bytes(model: ModelLike) -> tuple[bytes, str, str]:
     """(serialized model, path or "", folder for external data or "")."""
     if isinstance(model, (str, os.PathLike)):

@@ -35,6 +35,16 @@ def model(nodes, inputs, outputs, inits=(), opset=17):
     return m
 
 
+def aligned(x, align=64):
+    """A copy of `x` at a 64-byte aligned address, which Program.run passes
+    to the compiled code without copying it."""
+    raw = np.empty(x.nbytes + align, np.uint8)
+    offset = (-raw.ctypes.data) % align
+    out = raw[offset:offset + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
 def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), target="cpu"):
     prog = ddpc.compile(m, vjp=True, onnx_checker=False, target=target)
     feeds = {}
@@ -42,16 +52,23 @@ def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), t
         x = rng.standard_normal(shape)
         if name in positive:
             x = np.abs(x) + 0.5
-        feeds[name] = x
+        feeds[name] = aligned(x)
     outs = [o.name for o in m.graph.output]
     specs = {s.name: s for s in prog.inputs}
-    cts = {f"d_{o}": rng.standard_normal(tuple(specs[f"d_{o}"].shape)) for o in outs}
+    cts = {f"d_{o}": aligned(rng.standard_normal(tuple(specs[f"d_{o}"].shape)).astype(
+        specs[f"d_{o}"].dtype)) for o in outs}
 
     def objective(f):
         r = prog.run({**f, **cts})
         return sum(float(np.sum(r[o] * cts[f"d_{o}"])) for o in outs)
 
+    # The program reads its inputs in place (aligned arrays are not
+    # copied) and must never write them: the Concat VJP once zeroed part of
+    # its cotangent input, which made every later finite difference wrong.
+    before = {k: v.copy() for k, v in {**feeds, **cts}.items()}
     res = prog.run({**feeds, **cts})
+    for k, v in {**feeds, **cts}.items():
+        np.testing.assert_array_equal(v, before[k], err_msg=f"the program wrote its input '{k}'")
     for name, _ in inputs:
         analytic = res[f"d_{name}"]
         numeric = np.zeros_like(feeds[name])
@@ -280,6 +297,23 @@ def test_reducemax_ties_go_to_the_first_maximum():
         for c in range(2):
             want[a, int(np.argmax(x[a, :, c])), c] = g[a, c]
     np.testing.assert_array_equal(got, want)
+
+
+def test_reduceprod_gradient_with_zeros():
+    """ReduceProd's gradient is the product of the other terms: p / x with
+    no zero in the row, the product of the rest at a row's only zero, 0
+    with two zeros (PyTorch's prod backward). It was g times the whole
+    product (the accumulator stood for the final result). Oracle: numpy,
+    the exclusive product by deleting each term."""
+    x = np.array([[2.0, 3.0, 0.5, -1.0], [2.0, 0.0, 4.0, 3.0], [0.0, 5.0, 0.0, 2.0]])
+    ins = [("x", [3, 4])]
+    m = model([helper.make_node("ReduceProd", ["x", "axes"], ["y"], keepdims=0)], ins,
+              [("y", [3])], [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+              opset=18)
+    g = np.array([1.5, -2.0, 0.75])
+    got = ddpc.compile(m, vjp=True, onnx_checker=False).run({"x": x, "d_y": g})["d_x"]
+    want = np.array([[np.prod(np.delete(x[r], j)) * g[r] for j in range(4)] for r in range(3)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_batchnorm_training_and_layernorm():

@@ -3,6 +3,7 @@
 // Part of ddpc. A thin main over lib/Driver:
 //
 //   ddpc compile model.onnx --target cpu -o prog [--dim N=V] [--batch-size B]
+//   ddpc ops      (the ONNX op types it imports)
 //
 // Exit codes: 0 success, 1 error (bad model, options, I/O), 2 unsupported
 // op/attribute/dtype.
@@ -24,6 +25,10 @@ using namespace llvm;
 
 static cl::SubCommand
     compileCmd("compile", "Compile an ONNX model into a native program or IR");
+
+static cl::SubCommand
+    opsCmd("ops", "List the ONNX op types ddpc imports (default domain), one "
+                  "per line");
 
 static cl::OptionCategory category("ddpc compile options");
 
@@ -326,7 +331,8 @@ int main(int argc, char **argv) {
       "  ddpc compile model.onnx --target cuda --cuda-arch sm_80,sm_90 -o "
       "prog\n"
       "  ./prog --input NAME=x.npy ... --output-dir out/\n\n"
-      "Run 'ddpc compile --help' for the compile options.\n"
+      "Run 'ddpc compile --help' for the compile options, 'ddpc ops' for "
+      "the ONNX ops it imports.\n"
       "Exit codes: 0 success, 1 error, 2 unsupported op/attribute/dtype.\n\n"
       "Environment of programs compiled with --target cuda (or "
       "cuda-emulate):\n"
@@ -346,8 +352,14 @@ int main(int argc, char **argv) {
       "  DDPC_COMM_THREAD=0    gradient buckets without the communication "
       "thread\n");
 
+  if (opsCmd) {
+    for (const std::string &op : ddpc::supportedONNXOpTypes())
+      outs() << op << "\n";
+    return 0;
+  }
   if (!compileCmd) {
-    errs() << "ddpc: no command given; try 'ddpc compile --help'\n";
+    errs() << "ddpc: no command given; try 'ddpc compile --help' (or "
+              "'ddpc ops' for the supported ONNX ops)\n";
     return 1;
   }
 

@@ -8,6 +8,7 @@
 //
 // Target-independent (tensor level):
 //   ddpc-fuse-ops            operator fusion into kernel-sized groups
+//   ddpc-read-only-arguments  entry-point tensor arguments are read-only
 //   ddpc-clone-shared-fills  one linalg.fill per destination use
 //
 // Target-independent (memref level, bufferization):

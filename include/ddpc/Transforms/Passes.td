@@ -59,6 +59,26 @@ def FuseOpsPass : Pass<"ddpc-fuse-ops", "mlir::func::FuncOp"> {
   ];
 }
 
+def ReadOnlyArgumentsPass : Pass<"ddpc-read-only-arguments", "mlir::ModuleOp"> {
+  let summary = "Mark the tensor arguments of public functions read-only for one-shot bufferization";
+  let description = [{
+    `ddpc-read-only-arguments` (module, tensor level; first pass of
+    bufferization). One-shot bufferization with function boundaries takes
+    every function argument to be writable, so a destination-style op whose
+    destination is an argument that dies there (the VJP of Concat inserts
+    zeros into the cotangent) wrote into the caller's buffer: a Python
+    `run()` changed the user's input array, and a training step could
+    change the parameters it was given. The caller owns those buffers (the
+    ABIs of ModelABI.h and TrainABI.h pass inputs for reading), so every
+    tensor argument of a public function gets
+    `bufferization.writable = false`; bufferization then writes into a
+    copy where it would have written in place.
+  }];
+  let dependentDialects = [
+    "mlir::bufferization::BufferizationDialect"
+  ];
+}
+
 def CloneSharedFillsPass : Pass<"ddpc-clone-shared-fills", "mlir::func::FuncOp"> {
   let summary = "Give every destination use of a tensor linalg.fill its own fill (so bufferization writes in place instead of copying)";
   let description = [{

@@ -21,6 +21,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -136,6 +137,15 @@ public:
   const NodeImportFn *lookup(llvm::StringRef opType) const {
     auto it = table.find(opType);
     return it == table.end() ? nullptr : &it->second;
+  }
+
+  /// Registered op types, sorted.
+  std::vector<std::string> opTypes() const {
+    std::vector<std::string> out;
+    for (const auto &kv : table)
+      out.push_back(kv.getKey().str());
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
 private:

@@ -454,6 +454,10 @@ static const OpRegistry &getRegistry() {
 
 using namespace onnx_import;
 
+std::vector<std::string> supportedONNXOpTypes() {
+  return getRegistry().opTypes();
+}
+
 /// Binds every dimension of a graph input; fills `shape` or reports which
 /// dimension is unbound.
 static LogicalResult bindInputShape(GraphImporter &gi,

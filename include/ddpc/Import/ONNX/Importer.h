@@ -82,6 +82,9 @@ struct ImportError {
 /// Registers every dialect the importer produces.
 void registerImportDialects(mlir::DialectRegistry &registry);
 
+/// The ONNX op types (default domain) that the importer registers, sorted.
+std::vector<std::string> supportedONNXOpTypes();
+
 /// Parses `bytes` as a serialized ONNX ModelProto and imports it.
 /// On failure returns a null module and fills `error`.
 mlir::OwningOpRef<mlir::ModuleOp> importONNXModel(mlir::MLIRContext &context,
