@@ -830,11 +830,20 @@ int compile(const CompileOptions &options, std::string &error,
     evalOptions.initialValues = nullptr;
     OwningOpRef<ModuleOp> evalModule =
         importONNXModel(context, bytes, evalOptions, importError);
-    if (!evalModule)
+    if (!evalModule) {
       module = nullptr;
-    else
-      module->getBody()->push_back(
-          evalModule->lookupSymbol<func::FuncOp>("forward_eval")->clone());
+    } else {
+      // forward_eval and what it refers to that the training import lacks
+      // (helpers and strings of run-time checks are named by content, so
+      // the ones both imports made are the same).
+      SymbolTable table(*module);
+      for (Operation &op : *evalModule->getBody()) {
+        auto sym =
+            op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
+        if (sym && !table.lookup(sym))
+          table.insert(op.clone());
+      }
+    }
   }
   if (!module) {
     error = importError.message;

@@ -304,6 +304,9 @@ int run(int argc, char **argv) {
 
   void **argv2 = args.empty() ? nullptr : args.data();
   ddpc_invoke(argv2);
+  // A failed run-time check (an index out of range): no output is written.
+  if (const char *msg = ddpc_rt_take_error())
+    return error(msg);
 
   if (timeRuns > 0) {
     std::vector<double> ms;

@@ -20,6 +20,7 @@
 #include "ddpc/Runtime/Checkpoint.h"
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/Memory.h"
+#include "ddpc/Runtime/ModelABI.h"
 #include "ddpc/Runtime/Npy.h"
 
 #include "ddpc/Runtime/OnnxWriter.h"
@@ -887,6 +888,8 @@ int run(int argc, char **argv) {
       evalArgs[a++] = sampleLoss.ptr;
       evalArgs[a++] = sampleCorrect.ptr;
       ddpc_eval(evalArgs.data());
+      if (const char *msg = ddpc_rt_take_error())
+        fatalError(std::string("validation: ") + msg);
       const int64_t *corr = static_cast<const int64_t *>(sampleCorrect.ptr);
       for (int64_t j = 0; j < valid; ++j) {
         sums[0] += sampleLoss.f()[j];
@@ -945,6 +948,10 @@ int run(int argc, char **argv) {
       // for the others).
       setGradientSync(k == K - 1);
       ddpc_train_micro(microArgs.data());
+      // A failed run-time check (an index out of range in this rank's
+      // micro-batch) ends the job before the step is applied.
+      if (const char *msg = ddpc_rt_take_error())
+        fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg);
       cb = 1 - cb;
       cg = 1 - cg;
       local[0] += lossOut.f()[0];

@@ -29,6 +29,7 @@ bool isDeviceWork(Operation *op) {
     return call.getCallee() == kGemmFn || call.getCallee() == kGemmEpilogueFn ||
            call.getCallee() == kConvFn || call.getCallee() == kConvEpilogueFn ||
            call.getCallee() == kAllReduceFn ||
+           call.getCallee() == kIndexCheckFn ||
            llvm::is_contained(kBucketFns, call.getCallee());
   return false;
 }

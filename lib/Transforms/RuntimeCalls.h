@@ -37,6 +37,11 @@ constexpr llvm::StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
 /// Waits for the device's pending work (ddpc-gpu-host-sync).
 constexpr llvm::StringLiteral kSyncFn = "ddpc_gpu_host_sync";
 
+/// Run-time index check (ModelABI.h): stream-ordered on the CUDA target (the
+/// runtime copies the checked values on the compute stream), so it needs
+/// no host synchronization before it.
+constexpr llvm::StringLiteral kIndexCheckFn = "ddpc_rt_check_indices";
+
 /// Gradient buckets (ddpc-bucket-gradient-allreduce, TrainABI.h): NCCL on
 /// the communication stream on the GPU, ordered with events against the
 /// compute stream.

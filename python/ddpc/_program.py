@@ -78,6 +78,12 @@ class _SharedModel:
         self._invoke = self._lib.ddpc_invoke
         self._invoke.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         self._invoke.restype = None
+        # Run-time checks (ModelABI.h); linked in only when the model has
+        # some (an index input).
+        self._take_error = getattr(self._lib, "ddpc_rt_take_error", None)
+        if self._take_error is not None:
+            self._take_error.argtypes = []
+            self._take_error.restype = ctypes.c_char_p
 
     def _table(self, kind: str) -> list[TensorSpec]:
         lib = self._lib
@@ -100,10 +106,16 @@ class _SharedModel:
         ]
 
     def invoke(self, buffers: Sequence[np.ndarray]) -> None:
+        """Runs the model; raises IndexError when a run-time check failed
+        (an index out of range: the message names the node and the index)."""
         args = (ctypes.c_void_p * max(len(buffers), 1))(
             *[b.ctypes.data for b in buffers]
         )
         self._invoke(args)
+        if self._take_error is not None:
+            message = self._take_error()
+            if message:
+                raise IndexError(message.decode())
 
 
 class Program:
@@ -288,6 +300,10 @@ class Program:
             ValueError: a missing or unknown input name, or a dtype or shape
                 that differs from the model's; the message names the input
                 and gives the expected and the received value.
+            IndexError: an index input (Gather's indices) holds a value
+                outside [-size, size) of the axis it indexes; the message
+                names the node, the index and the valid range (compile
+                with ``index_checks=False`` to clamp instead).
             RuntimeError: when called on a training program or a
                 ``target="cuda"`` program (GPU executables only).
             CompileError: when code generation or linking fails.

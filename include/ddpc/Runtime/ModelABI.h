@@ -70,6 +70,23 @@ extern const int64_t *const ddpc_output_shapes[];
 /// call exit.
 void ddpc_invoke(void **args);
 
+/// Run-time checks of compiled code (RuntimeChecks.h), in every runtime.
+///
+/// Called by compiled code for each index input (Gather's indices, ...):
+/// `min` and `max` point at the smallest and largest index (int64 scalars
+/// in the step's memory: device memory on the CUDA target), which must lie
+/// in [-bound, bound); `what` names the node, the indices and the indexed
+/// axis. Records the first violation and returns; the CPU runtimes read the
+/// values at once, the CUDA runtime copies them on the compute stream and
+/// checks them at the next host synchronization.
+void ddpc_rt_check_indices(const int64_t *min, const int64_t *max,
+                           int64_t bound, const char *what);
+
+/// The message of the first failed check since the last call (a pointer
+/// valid until the next call), or NULL; clears it. Program.run calls it
+/// after ddpc_invoke and raises IndexError.
+const char *ddpc_rt_take_error(void);
+
 #ifdef __cplusplus
 } // extern "C"
 #endif

@@ -17,6 +17,8 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include <cmath>
 #include <limits>
@@ -357,6 +359,92 @@ Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
   call->setAttr("ddpc.bytes",
                 b.getI64IntegerAttr(n * t.getElementTypeBitWidth() / 8));
   return buildReshape(b, loc, call.getResult(0), t.getShape());
+}
+
+void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
+                     StringRef what) {
+  MLIRContext *ctx = b.getContext();
+  auto module =
+      b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  auto ptrType = LLVM::LLVMPointerType::get(ctx);
+  Type i64 = b.getI64Type();
+  auto scalar = RankedTensorType::get({}, i64);
+  constexpr StringLiteral kHelper = "ddpc_check_indices";
+  constexpr StringLiteral kRuntime = "ddpc_rt_check_indices";
+  if (!module.lookupSymbol<func::FuncOp>(kHelper)) {
+    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
+    if (!module.lookupSymbol<func::FuncOp>(kRuntime))
+      func::FuncOp::create(
+          mb, loc, kRuntime,
+          mb.getFunctionType({ptrType, ptrType, i64, ptrType}, {}))
+          .setPrivate();
+    auto fn = func::FuncOp::create(
+        mb, loc, kHelper,
+        mb.getFunctionType({scalar, scalar, i64, ptrType}, {}));
+    fn.setPrivate();
+    Block *entry = fn.addEntryBlock();
+    OpBuilder fb = OpBuilder::atBlockBegin(entry);
+    auto mt = MemRefType::get({}, i64);
+    SmallVector<Value> args;
+    for (unsigned i = 0; i < 2; ++i) {
+      Value buf = bufferization::ToBufferOp::create(
+          fb, loc, mt, entry->getArgument(i), /*read_only=*/true);
+      Value addr = memref::ExtractAlignedPointerAsIndexOp::create(fb, loc, buf);
+      Value addr64 = arith::IndexCastOp::create(fb, loc, i64, addr);
+      args.push_back(LLVM::IntToPtrOp::create(fb, loc, ptrType, addr64));
+    }
+    args.push_back(entry->getArgument(2));
+    args.push_back(entry->getArgument(3));
+    func::CallOp::create(fb, loc, kRuntime, TypeRange{}, args);
+    func::ReturnOp::create(fb, loc);
+  }
+  // The description, once per distinct text.
+  std::string text = what.str();
+  std::string symbol =
+      "__ddpc_check_" + llvm::utohexstr(llvm::hash_value(text), true);
+  auto global = module.lookupSymbol<LLVM::GlobalOp>(symbol);
+  if (!global) {
+    OpBuilder mb = OpBuilder::atBlockEnd(module.getBody());
+    std::string bytes = text + '\0';
+    auto type =
+        LLVM::LLVMArrayType::get(IntegerType::get(ctx, 8), bytes.size());
+    global = LLVM::GlobalOp::create(mb, loc, type, /*isConstant=*/true,
+                                    LLVM::Linkage::Internal, symbol,
+                                    mb.getStringAttr(bytes));
+  }
+  // min and max over all elements, as i64.
+  auto type = cast<RankedTensorType>(indices.getType());
+  unsigned rank = type.getRank();
+  SmallVector<Value> inits;
+  for (bool isMax : {false, true}) {
+    Value e = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, i64);
+    Value start = arith::ConstantIntOp::create(
+        b, loc, i64,
+        isMax ? std::numeric_limits<int64_t>::min()
+              : std::numeric_limits<int64_t>::max());
+    inits.push_back(linalg::FillOp::create(b, loc, start, e).getResult(0));
+  }
+  AffineMap in = AffineMap::getMultiDimIdentityMap(rank, ctx);
+  AffineMap out = AffineMap::get(rank, 0, {}, ctx);
+  auto range = linalg::GenericOp::create(
+      b, loc, TypeRange{scalar, scalar}, ValueRange{indices}, inits,
+      ArrayRef<AffineMap>{in, out, out},
+      SmallVector<utils::IteratorType>(rank, utils::IteratorType::reduction),
+      [&](OpBuilder &nb, Location l, ValueRange a) {
+        Value v = a[0];
+        if (v.getType() != i64)
+          v = arith::ExtSIOp::create(nb, l, i64, v);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::MinSIOp::create(nb, l, a[1], v).getResult(),
+                       arith::MaxSIOp::create(nb, l, a[2], v).getResult()});
+      });
+  Value what64 = LLVM::AddressOfOp::create(b, loc, global);
+  Value boundV = arith::ConstantIntOp::create(b, loc, i64, bound);
+  auto call = func::CallOp::create(
+      b, loc, kHelper, TypeRange{},
+      ValueRange{range.getResult(0), range.getResult(1), boundV, what64});
+  call->setAttr("ddpc.index_check", b.getUnitAttr());
 }
 
 } // namespace ddpc

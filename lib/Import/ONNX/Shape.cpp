@@ -409,6 +409,38 @@ LogicalResult importSlice(NodeContext &ctx) {
   return success();
 }
 
+/// Checks the indices of input `i` against `bound` (the size of the
+/// indexed axis, `axisDesc`): at import time when they are constant (an
+/// invalid-model error naming the node and the index), else at run time
+/// (buildIndexCheck) unless --no-index-checks.
+LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
+                           const std::string &axisDesc) {
+  auto c = ctx.constInput(i);
+  Type elem = c ? c->getElementType() : ctx.input(i).elementType();
+  if (!isa<IntegerType>(elem))
+    return ctx.invalid("indices '" + ctx.node.input(i) + "' must be integers");
+  if (c) {
+    for (const APInt &v : c->getValues<APInt>()) {
+      int64_t x = v.getSExtValue();
+      if (x < -bound || x >= bound)
+        return ctx.invalid("index " + Twine(x) + " of '" + ctx.node.input(i) +
+                           "' is out of range for " + axisDesc + " (size " +
+                           Twine(bound) + "; valid: " + Twine(-bound) + ".." +
+                           Twine(bound - 1) + ")");
+    }
+    return success();
+  }
+  if (!ctx.importer.options.indexChecks)
+    return success();
+  std::string node = ctx.node.name().empty() ? "" : ctx.node.name();
+  if (auto name = dyn_cast<NameLoc>(ctx.loc()))
+    node = name.getName().str();
+  buildIndexCheck(ctx.builder(), ctx.loc(), ctx.input(i).value, bound,
+                  ctx.node.op_type() + " node '" + node + "' (indices '" +
+                      ctx.node.input(i) + "' into " + axisDesc + ")");
+  return success();
+}
+
 LogicalResult importGather(NodeContext &ctx) {
   auto dataShape = inputShape(ctx, 0);
   auto idxShape = inputShape(ctx, 1);
@@ -417,6 +449,10 @@ LogicalResult importGather(NodeContext &ctx) {
   if (failed(axisOr))
     return ctx.invalid("axis out of range");
   int64_t axis = *axisOr;
+  if (failed(checkIndices(ctx, 1, dataShape[axis],
+                          "axis " + std::to_string(axis) + " of '" +
+                              ctx.node.input(0) + "'")))
+    return failure();
   SmallVector<int64_t> outShape(dataShape.begin(), dataShape.begin() + axis);
   outShape.append(idxShape.begin(), idxShape.end());
   outShape.append(dataShape.begin() + axis + 1, dataShape.end());
@@ -432,8 +468,6 @@ LogicalResult importGather(NodeContext &ctx) {
         int64_t i = v.getSExtValue();
         if (i < 0)
           i += rank == 1 ? dataShape[0] : 0;
-        if (i < 0 || i >= dataShape[0])
-          return ctx.invalid("index out of range");
         vals.push_back(all[i]);
       }
       return ctx.setConstOutput(
@@ -444,6 +478,7 @@ LogicalResult importGather(NodeContext &ctx) {
   TValue data = ctx.input(0), indices = ctx.input(1);
   if (!isa<IntegerType>(indices.elementType()))
     return ctx.invalid("indices must be integers");
+
   MLIRContext *mctx = &ctx.importer.context;
   int64_t q = idxShape.size();
   int64_t outRank = outShape.size();

@@ -25,6 +25,8 @@
 #include "ddpc/Runtime/ConstantCopies.h"
 #include "ddpc/Runtime/Gemm.h"
 #include "ddpc/Runtime/Memory.h"
+#include "ddpc/Runtime/ModelABI.h"
+#include "ddpc/Runtime/RuntimeChecks.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -567,9 +569,69 @@ void profileEnd(size_t token) { Profiler::get().end(token); }
 } // namespace runtime
 } // namespace ddpc
 
-namespace {} // namespace
+extern "C" void ddpc_gpu_host_sync();
+
+namespace {
+
+/// Index checks of compiled code (ddpc_rt_check_indices): the min and max
+/// of each check, copied on the compute stream into page-locked slots, and
+/// examined by ddpc_gpu_host_sync once the stream has passed the copies.
+class PendingIndexChecks {
+public:
+  static PendingIndexChecks &get() {
+    static PendingIndexChecks checks;
+    return checks;
+  }
+
+  void add(const int64_t *min, const int64_t *max, int64_t bound,
+           const char *what) {
+    if (pending.size() == kSlots)
+      ddpc_gpu_host_sync(); // Examines (and empties) the full table.
+    if (!slots) {
+      void *p = nullptr;
+      check(cudaMallocHost(&p, kSlots * 2 * sizeof(int64_t)),
+            "cudaMallocHost (index check slots)");
+      slots = static_cast<int64_t *>(p);
+    }
+    int64_t *slot = slots + 2 * pending.size();
+    check(cudaMemcpyAsync(slot, min, sizeof(int64_t), cudaMemcpyDefault,
+                          computeStream()),
+          "cudaMemcpyAsync (index check)");
+    check(cudaMemcpyAsync(slot + 1, max, sizeof(int64_t), cudaMemcpyDefault,
+                          computeStream()),
+          "cudaMemcpyAsync (index check)");
+    pending.push_back({bound, what});
+  }
+
+  /// After the compute stream is idle: records the first violation.
+  void examine() {
+    for (size_t i = 0; i < pending.size(); ++i) {
+      std::string message = indexRangeError(slots[2 * i], slots[2 * i + 1],
+                                            pending[i].bound, pending[i].what);
+      if (!message.empty())
+        recordRuntimeError(message);
+    }
+    pending.clear();
+  }
+
+private:
+  static constexpr size_t kSlots = 256;
+  struct Check {
+    int64_t bound;
+    const char *what;
+  };
+  int64_t *slots = nullptr;
+  std::vector<Check> pending;
+};
+
+} // namespace
 
 extern "C" {
+
+void ddpc_rt_check_indices(const int64_t *min, const int64_t *max,
+                           int64_t bound, const char *what) {
+  PendingIndexChecks::get().add(min, max, bound, what);
+}
 
 //===----------------------------------------------------------------------===//
 // MLIR gpu-to-llvm runtime calls
@@ -689,8 +751,10 @@ void ddpc_gpu_host_sync() {
   cudaStream_t stream = computeStream();
   for (int iter = 0;; ++iter) {
     cudaError_t rc = cudaStreamQuery(stream);
-    if (rc == cudaSuccess)
+    if (rc == cudaSuccess) {
+      PendingIndexChecks::get().examine();
       return;
+    }
     if (rc != cudaErrorNotReady)
       callFailed("cudaStreamQuery",
                  std::string(cudaGetErrorString(rc)) +

@@ -66,6 +66,10 @@ struct ImportOptions {
   /// Run the ONNX library's checker and shape inference where they apply
   /// (IR version <= 8, opset <= 17).
   bool runChecker = true;
+  /// Check index inputs (Gather's indices) at run time: an index outside
+  /// [-size, size) ends the program with an error naming the node. Off, an
+  /// index is clamped to the nearest valid one (reads stay in bounds).
+  bool indexChecks = true;
 };
 
 /// Why an import failed: `Unsupported` (an op, attribute or dtype that ddpc

@@ -86,6 +86,21 @@ int64_t numElements(llvm::ArrayRef<int64_t> shape);
 mlir::Value buildAllReduceSum(mlir::OpBuilder &b, mlir::Location loc,
                               mlir::Value input);
 
+/// Run-time check that every element of the integer tensor `indices`
+/// (any integer width, signed) lies in [-bound, bound) (ONNX's negative-
+/// index rule). Builds one reduction to the smallest and largest index (two
+/// 0-d i64 tensors) and a call of the private function
+/// `@ddpc_check_indices` (created on first use), whose body passes their
+/// addresses, `bound` and `what` (a NUL-terminated global string naming
+/// the node, e.g. "Gather node 'embed' (indices 'ids' into axis 0 of
+/// 'E')") to the runtime's `ddpc_rt_check_indices` (ModelABI.h), which
+/// records the first violation; programs and Program.run report it after
+/// the step function returns. The index reads themselves must be clamped
+/// by the caller so that nothing reads out of bounds before the report.
+/// The call carries `ddpc.index_check`.
+void buildIndexCheck(mlir::OpBuilder &b, mlir::Location loc,
+                     mlir::Value indices, int64_t bound, llvm::StringRef what);
+
 } // namespace ddpc
 
 #endif // DDPC_IMPORT_ONNX_TENSORBUILDERS_H

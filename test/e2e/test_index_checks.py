@@ -1,0 +1,156 @@
+"""Index inputs are checked at run time (issue 17, item 2).
+
+A Gather index outside [-size, size) used to read memory past the table:
+garbage with exit 0, or a segfault for a large one. onnxruntime refuses
+such an index (the oracle for "must be refused": every bad index below is
+also checked to fail there), and so does ddpc now: compiled code clamps the
+read, records the violation, and the caller reports it after the step
+function returns: `Program.run` raises IndexError, a compiled program ends
+with one line naming the node, the index and the valid range (and, in
+training, the rank and the step) and writes nothing. Constant indices are
+checked at compile time. `--no-index-checks` clamps without the check.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "build" / "python"))
+ddpc_py = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
+MPIRUN = shutil.which("mpirun")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+TABLE = np.arange(20, dtype=np.float32).reshape(5, 4)
+
+
+def gather_model(axis=0, id_dtype=TensorProto.INT64, ids_shape=(2, 3), const_ids=None):
+    inits = [numpy_helper.from_array(TABLE, "E")]
+    inputs = []
+    if const_ids is None:
+        inputs.append(helper.make_tensor_value_info("ids", id_dtype, list(ids_shape)))
+    else:
+        inits.append(numpy_helper.from_array(const_ids, "ids"))
+    g = helper.make_graph([helper.make_node("Gather", ["E", "ids"], ["y"], axis=axis,
+                                            name="embed")], "g", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def ort_run(m, ids):
+    return ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+
+
+BAD = [(5, 0, 5), (-6, 0, 5), (10 ** 12, 0, 5), (-(10 ** 12), 0, 5), (4, 1, 4), (-5, 1, 4)]
+
+
+CASES = [(bad, axis, size, dtype) for bad, axis, size in BAD
+         for dtype in (TensorProto.INT64, TensorProto.INT32) if abs(bad) < 2 ** 31
+         or dtype == TensorProto.INT64]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize("bad,axis,size,dtype", CASES)
+def test_out_of_range_index_raises(bad, axis, size, dtype, target):
+    m = gather_model(axis, dtype)
+    np_dtype = np.int64 if dtype == TensorProto.INT64 else np.int32
+    ids = np.array([[0, 1, -1], [2, bad, 3]], np_dtype)
+    with pytest.raises(Exception):
+        ort_run(m, ids)  # the oracle: onnxruntime refuses it too
+    prog = ddpc_py.compile(m, onnx_checker=False, target=target)
+    with pytest.raises(IndexError) as err:
+        prog.run({"ids": ids})
+    msg = str(err.value)
+    assert f"index {bad} is out of range" in msg
+    assert "Gather node 'embed'" in msg and f"axis {axis} of 'E'" in msg
+    assert f"size {size}, valid indices are {-size}..{size - 1}" in msg
+    # The program is usable afterwards, and in-range negative indices
+    # count from the end, as in onnxruntime.
+    good = np.array([[0, 1, -1], [2, -size, 3]], np_dtype)
+    np.testing.assert_array_equal(prog.run({"ids": good})["y"], ort_run(m, good))
+
+
+def test_unchecked_indices_are_clamped():
+    """index_checks=False (--no-index-checks): no error, and an index out of
+    range reads the nearest valid row, never memory past the table."""
+    prog = ddpc_py.compile(gather_model(), onnx_checker=False, index_checks=False)
+    ids = np.array([[0, 7, -1], [-9, 10 ** 12, 3]])
+    got = prog.run({"ids": ids})["y"]
+    np.testing.assert_array_equal(got, TABLE[[[0, 4, 4], [0, 4, 3]]])
+
+
+def test_constant_out_of_range_index_is_a_compile_error(ddpc, tmp_path):
+    onnx.save(gather_model(const_ids=np.array([1, 9], np.int64)), tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--no-onnx-checker",
+                           "-o", str(tmp_path / "prog")], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "'Gather' (node 'embed'" in proc.stderr and "index 9 of 'ids'" in proc.stderr
+    assert "valid: -5..4" in proc.stderr
+    assert not (tmp_path / "prog").exists()
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+def test_program_exits_with_one_line_and_no_outputs(ddpc, tmp_path, target):
+    onnx.save(gather_model(), tmp_path / "m.onnx")
+    subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--target", target,
+                    "--no-onnx-checker", "-o", str(tmp_path / "prog")], check=True)
+    np.save(tmp_path / "ids.npy", np.array([[0, 1, 2], [3, 4, 5]]))
+    proc = subprocess.run([str(tmp_path / "prog"), "--input", f"ids={tmp_path / 'ids.npy'}",
+                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: index 5 is out of range"), proc.stderr
+    assert not list((tmp_path / "out").glob("*"))
+
+
+def token_model(path):
+    """ids [N, 3] -> Gather(E [5, 4]) -> mean over tokens -> Gemm -> logits [N, 2]."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["emb"], axis=0, name="embed"),
+             helper.make_node("ReduceMean", ["emb", "axes"], ["p"], keepdims=0),
+             helper.make_node("Gemm", ["p", "W", "b"], ["logits"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((5, 4)).astype(np.float32), "E"),
+             numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "W"),
+             numpy_helper.from_array(np.zeros(2, np.float32), "b"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    g = helper.make_graph(nodes, "tok", [helper.make_tensor_value_info("ids", TensorProto.INT64,
+                                                                       ["N", 3])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 2])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+def test_training_stops_naming_rank_step_and_node(ddpc, tmp_path, target):
+    """2 ranks x batch 2, in file order; sample 10 (step 3, rank 1's first
+    row) holds id 5 of a 5-row table. The job ends non-zero naming the rank,
+    the step and the node, before the step is applied, and writes no
+    --save."""
+    token_model(tmp_path / "m.onnx")
+    subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "2",
+                    "--target", target, "-o", str(tmp_path / "train")], check=True)
+    ids = np.random.default_rng(1).integers(0, 5, (16, 3))
+    ids[10, 1] = 5  # global batch 4: step 3, rank 1 (rows 10, 11)
+    np.save(tmp_path / "x.npy", ids)
+    np.save(tmp_path / "y.npy", np.zeros(16, np.int64))
+    proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", str(tmp_path / "train"),
+                           "--data", "x.npy", "--labels", "y.npy", "--epochs", "1",
+                           "--no-shuffle", "--quiet", "--save", "out.onnx"],
+                          capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
+    assert proc.returncode != 0
+    assert ("error: rank 1: step 3: index 5 is out of range in Gather node 'embed'"
+            in proc.stderr), proc.stderr
+    assert not (tmp_path / "out.onnx").exists()
