@@ -128,6 +128,22 @@ public:
 
 using NodeImportFn = std::function<mlir::LogicalResult(NodeContext &)>;
 
+/// Training-program roles of a node input (InitializerRoles.cpp, the
+/// parameter selection in Importer.cpp).
+/// Inputs that configure an op: an initializer read only there stays a
+/// constant (Dropout's ratio and training_mode, Clip's bounds, Pow's
+/// exponent).
+inline bool isConfigurationSlot(const onnx::NodeProto &n, int i) {
+  const std::string &op = n.op_type();
+  return (op == "Dropout" && i >= 1) || (op == "Clip" && i >= 1) ||
+         (op == "Pow" && i == 1);
+}
+/// BatchNormalization's running mean and variance: buffers, updated by the
+/// training step and not trained.
+inline bool isRunningStatisticSlot(const onnx::NodeProto &n, int i) {
+  return n.op_type() == "BatchNormalization" && (i == 3 || i == 4);
+}
+
 /// Op importers by ONNX op type (default domain).
 class OpRegistry {
 public:

@@ -753,16 +753,14 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     for (const auto &f : options.frozen)
       frozen.insert(f);
     for (const auto &node : graph.node())
-      if (node.op_type() == "BatchNormalization")
-        for (int i = 3; i <= 4 && i < node.input_size(); ++i)
+      for (int i = 0; i < node.input_size(); ++i)
+        if (isRunningStatisticSlot(node, i))
           gi.bufferNames.insert(node.input(i));
     // Initializers read only at non-differentiable inputs (Dropout's ratio,
     // Clip's bounds, Pow's exponent) stay constants: they configure ops.
-    auto configSlot = [](const onnx::NodeProto &n, int i) {
-      StringRef op = n.op_type();
-      return (op == "Dropout" && i >= 1) || (op == "Clip" && i >= 1) ||
-             (op == "Pow" && i == 1);
-    };
+    // (separateInitializerRoles has given an initializer used in several
+    // roles one copy per role.)
+    auto configSlot = isConfigurationSlot;
     llvm::StringSet<> differentiableUse;
     for (const auto &node : graph.node())
       for (int i = 0; i < node.input_size(); ++i)
