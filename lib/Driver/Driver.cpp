@@ -368,6 +368,7 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   }
   emitForwarder(os, "ddpc_apply", "apply", (P + P * S + P + 3) + (P + P * S));
   emitForwarder(os, "ddpc_eval", "eval", (P + NB + 2) + 2);
+  emitForwarder(os, "ddpc_grad_norm", "grad_norm", (P + 1) + 1);
   return true;
 }
 

@@ -116,6 +116,7 @@ bool writeCheckpoint(const std::string &path, const Checkpoint &c,
   put<int64_t>(out, c.epoch);
   put<int64_t>(out, c.stepInEpoch);
   put<int64_t>(out, c.globalStep);
+  put<int64_t>(out, c.optimizerSteps);
   put<double>(out, c.epochLossSum);
   put<int64_t>(out, c.epochCorrect);
   put<int64_t>(out, c.epochSamples);
@@ -159,9 +160,9 @@ bool readCheckpoint(const std::string &path, Checkpoint &c, std::string &err) {
   uint32_t version = 0;
   r.get(magic);
   r.get(version);
-  if (version != kCheckpointVersion)
+  if (version != 1 && version != kCheckpointVersion)
     return corrupt(("format version " + std::to_string(version) +
-                    ", this runtime reads version " +
+                    ", this runtime reads versions 1 to " +
                     std::to_string(kCheckpointVersion))
                        .c_str());
   if (fnv1a64(bytes.data(), body) != stored)
@@ -171,13 +172,15 @@ bool readCheckpoint(const std::string &path, Checkpoint &c, std::string &err) {
             r.get(c.worldSize) && r.get(c.batchSize) && r.get(c.accumSteps) &&
             r.get(c.seed) && r.get(shuffle) && r.get(c.epoch) &&
             r.get(c.stepInEpoch) && r.get(c.globalStep) &&
-            r.get(c.epochLossSum) && r.get(c.epochCorrect) &&
-            r.get(c.epochSamples) && r.get(c.epochSteps) &&
-            r.getSection(c.params) && r.getSection(c.buffers) &&
-            r.getSection(c.optState) && r.atEnd();
+            (version < 2 || r.get(c.optimizerSteps)) && r.get(c.epochLossSum) &&
+            r.get(c.epochCorrect) && r.get(c.epochSamples) &&
+            r.get(c.epochSteps) && r.getSection(c.params) &&
+            r.getSection(c.buffers) && r.getSection(c.optState) && r.atEnd();
   if (!ok)
     return corrupt("truncated or malformed record");
   c.shuffle = shuffle != 0;
+  if (version < 2)
+    c.optimizerSteps = c.globalStep; // Version 1 skipped no step.
   return true;
 }
 

@@ -137,6 +137,8 @@ struct Options {
   bool lrGiven = false;
   int64_t checkpointEvery = 0;
   int64_t stopAfter = -1;
+  /// What a non-finite loss or gradient norm does (--nan-policy).
+  enum class NanPolicy { Stop, Skip, Ignore } nanPolicy = NanPolicy::Stop;
   double timeout = 30;
   bool quiet = false;
   bool help = false;
@@ -170,6 +172,15 @@ void printUsage(const char *prog) {
       "                          of training, across resumes) are done\n"
       "  --log-json FILE         append one JSON object per optimizer step "
       "(rank 0)\n"
+      "  --nan-policy P          a non-finite loss (any rank) or gradient "
+      "norm: stop\n"
+      "                          (default: end the run, nothing written), "
+      "skip (drop\n"
+      "                          the step on every rank) or ignore (apply "
+      "it); no\n"
+      "                          checkpoint or --save is ever written "
+      "with non-finite\n"
+      "                          weights\n"
       "  --timeout SECONDS       abort when a collective takes longer "
       "(default 30)\n"
       "  --quiet                 no banner or progress lines (epoch lines "
@@ -268,7 +279,17 @@ Options parseOptions(int argc, char **argv) {
       o.stopAfter = parseInt("--stop-after-steps", v, 0);
     else if (matchOption("--log-json", argc, argv, i, v))
       o.logJson = v;
-    else if (matchOption("--timeout", argc, argv, i, v)) {
+    else if (matchOption("--nan-policy", argc, argv, i, v)) {
+      if (v == "stop")
+        o.nanPolicy = Options::NanPolicy::Stop;
+      else if (v == "skip")
+        o.nanPolicy = Options::NanPolicy::Skip;
+      else if (v == "ignore")
+        o.nanPolicy = Options::NanPolicy::Ignore;
+      else
+        fatalError("invalid value '" + v +
+                   "' for --nan-policy (stop, skip or ignore)");
+    } else if (matchOption("--timeout", argc, argv, i, v)) {
       o.timeout = parseDouble("--timeout", v);
       if (o.timeout <= 0)
         fatalError("--timeout must be positive");
@@ -634,6 +655,72 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+/// Before the first collective of training: every rank must read data of
+/// the same size (so that all run the same steps and collectives pair up)
+/// with the same per-rank batch and accumulation. Launching ranks with
+/// different --data files (MPMD) otherwise ran mismatched collectives and
+/// failed later with MPI_ERR_TRUNCATE. One allreduce of each rank's
+/// numbers; on a mismatch rank 0 names the ranks and values, and every
+/// rank ends with status 1.
+void requireSameDataOnAllRanks(int world, int rank, int64_t trainN,
+                               int64_t valN, int64_t batch, int64_t accum) {
+  if (world == 1)
+    return;
+  constexpr int kFields = 4;
+  std::vector<double> all(static_cast<size_t>(kFields) * world, 0.0);
+  double mine[kFields] = {static_cast<double>(trainN),
+                          static_cast<double>(valN), static_cast<double>(batch),
+                          static_cast<double>(accum)};
+  std::copy(mine, mine + kFields, all.begin() + kFields * rank);
+  allreduceSum(all.data(), static_cast<int64_t>(all.size()),
+               "allreduce of the ranks' data sizes");
+  static const char *const names[kFields] = {
+      "--data:", "--val-data:", "per-rank batch:", "micro-batches per step:"};
+  static const char *const units[kFields] = {" samples", " samples", "", ""};
+  std::string diffs;
+  for (int f = 0; f < kFields; ++f) {
+    // Ranks grouped by value, in rank order of first appearance.
+    std::vector<std::pair<double, std::vector<int>>> groups;
+    for (int r = 0; r < world; ++r) {
+      double v = all[kFields * r + f];
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto &g) { return g.first == v; });
+      if (it == groups.end())
+        groups.push_back({v, {r}});
+      else
+        it->second.push_back(r);
+    }
+    if (groups.size() < 2)
+      continue;
+    std::string line = names[f];
+    for (size_t g = 0; g < groups.size(); ++g) {
+      double v = groups[g].first;
+      const std::vector<int> &ranks = groups[g].second;
+      std::string who = ranks.size() == 1 ? "rank" : "ranks";
+      for (size_t i = 0; i < ranks.size(); ++i)
+        who += (i ? ", " : " ") + std::to_string(ranks[i]);
+      line += (g ? ", " : " ") +
+              (f == 1 && v < 0
+                   ? std::string("none")
+                   : std::to_string(static_cast<int64_t>(v)) + units[f]) +
+              " on " + who;
+    }
+    diffs += (diffs.empty() ? "" : "; ") + line;
+  }
+  if (diffs.empty())
+    return;
+  if (rank == 0)
+    std::fprintf(stderr,
+                 "error: the ranks were given different data or programs: %s; "
+                 "every rank must run the same program on the same --data, "
+                 "--labels and --val-data files\n",
+                 diffs.c_str());
+  std::fflush(stderr);
+  barrier("barrier before exit");
+  collectivesFinalize();
+  std::exit(1);
+}
+
 int run(int argc, char **argv) {
   Options opt = parseOptions(argc, argv);
   const int rank = worldRank();
@@ -674,6 +761,8 @@ int run(int argc, char **argv) {
   if (haveVal)
     val = loadDataset(opt.valData, opt.valLabels);
 
+  requireSameDataOnAllRanks(world, rank, train.n, haveVal ? val.n : -1, B, K);
+
   const int64_t globalBatch = B * world;
   const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);
   if (stepsPerEp == 0)
@@ -703,6 +792,9 @@ int run(int argc, char **argv) {
   // Position and running epoch totals; restored by --resume.
   struct Position {
     int64_t epoch = 0, stepInEpoch = 0, globalStep = 0;
+    // Steps applied: globalStep minus those --nan-policy skip dropped
+    // (AdamW's step count).
+    int64_t optimizerSteps = 0;
     double epochLossSum = 0;
     int64_t epochCorrect = 0, epochSamples = 0, epochSteps = 0;
     uint64_t seed = 0;
@@ -765,6 +857,7 @@ int run(int argc, char **argv) {
     pos.epoch = c.epoch;
     pos.stepInEpoch = c.stepInEpoch;
     pos.globalStep = c.globalStep;
+    pos.optimizerSteps = c.optimizerSteps;
     pos.epochLossSum = c.epochLossSum;
     pos.epochCorrect = c.epochCorrect;
     pos.epochSamples = c.epochSamples;
@@ -835,10 +928,35 @@ int run(int argc, char **argv) {
   Aligned rngArg(2 * sizeof(int64_t), kHost);
   std::vector<void *> applyArgs(3 * P + 2 * P * S + 3);
   std::vector<void *> evalArgs(P + Bf + 4);
+  std::vector<void *> normArgs(P + 2);
+  Aligned gradNormOut(sizeof(float), kHost);
+
+  // Checkpoints and --save never hold non-finite weights, whatever
+  // --nan-policy says: the job ends instead, naming the tensor.
+  auto requireFiniteWeights = [&](const std::string &what) {
+    auto scan = [&](const char *kind, const std::vector<TensorInfo> &infos,
+                    const TensorSet &set) {
+      for (size_t i = 0; i < infos.size(); ++i) {
+        const float *v = set.tensors[i].f();
+        for (int64_t e = 0; e < infos[i].numel; ++e)
+          if (!std::isfinite(v[e]))
+            fatalError(std::string(kind) + " '" + infos[i].name + "' holds " +
+                       (std::isnan(v[e]) ? "nan" : "inf") + " after step " +
+                       std::to_string(pos.globalStep) + ", so " + what +
+                       " is not written (the update overflowed: try a lower "
+                       "--lr; --nan-policy stop ends a run at the first "
+                       "non-finite loss or gradient)");
+      }
+    };
+    scan("parameter", params, paramSets[cp]);
+    scan("buffer", buffers, bufferSets[cb]);
+    scan("optimizer state", slots, optSets[co]);
+  };
 
   auto writeCkpt = [&]() {
     if (rank != 0)
       return;
+    requireFiniteWeights("the checkpoint");
     Checkpoint c;
     c.modelName = ddpc_model_name ? ddpc_model_name : "";
     c.optimizerDesc = ddpc_optimizer_desc ? ddpc_optimizer_desc : "";
@@ -850,6 +968,7 @@ int run(int argc, char **argv) {
     c.epoch = pos.epoch;
     c.stepInEpoch = pos.stepInEpoch;
     c.globalStep = pos.globalStep;
+    c.optimizerSteps = pos.optimizerSteps;
     c.epochLossSum = pos.epochLossSum;
     c.epochCorrect = pos.epochCorrect;
     c.epochSamples = pos.epochSamples;
@@ -912,6 +1031,8 @@ int run(int argc, char **argv) {
                              pos.shuffle != 0, pos.epoch, pos.stepInEpoch);
   while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
     Clock::time_point stepStart = Clock::now();
+    const int cbAtStart = cb; // buffers to return to if the step is skipped
+    bool lossNaN = false, lossInf = false;
     for (int32_t i = 0; i < P; ++i)
       zeroBuffer(gradSets[cg].tensors[i].ptr, params[i].numel * sizeof(float));
     double local[2] = {0, 0}; // loss sum over micro-batches, correct
@@ -954,33 +1075,107 @@ int run(int argc, char **argv) {
         fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg);
       cb = 1 - cb;
       cg = 1 - cg;
-      local[0] += lossOut.f()[0];
+      float microLoss = lossOut.f()[0];
+      lossNaN |= std::isnan(microLoss);
+      lossInf |= std::isinf(microLoss);
+      local[0] += microLoss;
       local[1] += static_cast<double>(*static_cast<int64_t *>(correctOut.ptr));
     }
 
-    ++pos.globalStep;
-    *lrArg.f() = lr;
-    *static_cast<int64_t *>(stepArg.ptr) = pos.globalStep;
+    // The averaged gradient's norm: the gradients are sums over ranks by
+    // now, so every rank computes the same one.
+    const bool checkFinite = opt.nanPolicy != Options::NanPolicy::Ignore;
+    float gradNorm = NAN;
     *scaleArg.f() = gradScale;
-    size_t a = 0;
-    for (int32_t i = 0; i < P; ++i)
-      applyArgs[a++] = paramSets[cp].tensors[i].ptr;
-    for (size_t i = 0; i < slots.size(); ++i)
-      applyArgs[a++] = optSets[co].tensors[i].ptr;
-    for (int32_t i = 0; i < P; ++i)
-      applyArgs[a++] = gradSets[cg].tensors[i].ptr;
-    applyArgs[a++] = lrArg.ptr;
-    applyArgs[a++] = stepArg.ptr;
-    applyArgs[a++] = scaleArg.ptr;
-    for (int32_t i = 0; i < P; ++i)
-      applyArgs[a++] = paramSets[1 - cp].tensors[i].ptr;
-    for (size_t i = 0; i < slots.size(); ++i)
-      applyArgs[a++] = optSets[1 - co].tensors[i].ptr;
-    ddpc_apply(applyArgs.data());
-    cp = 1 - cp;
-    co = 1 - co;
+    if (checkFinite) {
+      size_t a = 0;
+      for (int32_t i = 0; i < P; ++i)
+        normArgs[a++] = gradSets[cg].tensors[i].ptr;
+      normArgs[a++] = scaleArg.ptr;
+      normArgs[a++] = gradNormOut.ptr;
+      ddpc_grad_norm(normArgs.data());
+      gradNorm = *gradNormOut.f();
+    }
+    // One allreduce decides for all ranks: loss sum, correct count, a
+    // non-finite gradient norm, and which ranks' losses were nan (1) or
+    // inf (2), to name them.
+    std::vector<double> stats(3 + world, 0.0);
+    stats[0] = local[0];
+    stats[1] = local[1];
+    stats[2] = checkFinite && !std::isfinite(gradNorm) ? 1 : 0;
+    stats[3 + rank] = lossNaN ? 1 : lossInf ? 2 : 0;
+    allreduceSum(stats.data(), static_cast<int64_t>(stats.size()),
+                 "allreduce of the step loss");
+    local[0] = stats[0];
+    local[1] = stats[1];
+    ++pos.globalStep;
+    bool skipped = false;
+    if (checkFinite) {
+      std::string nanRanks, infRanks;
+      for (int r = 0; r < world; ++r) {
+        std::string &list = stats[3 + r] == 1 ? nanRanks : infRanks;
+        if (stats[3 + r] != 0)
+          list += (list.empty() ? "" : ", ") + std::to_string(r);
+      }
+      std::string why;
+      if (!nanRanks.empty())
+        why = "the loss is nan on rank " + nanRanks;
+      if (!infRanks.empty())
+        why += (why.empty() ? "the loss is inf on rank " : ", inf on rank ") +
+               infRanks;
+      if (stats[2] > 0)
+        why += std::string(why.empty() ? "" : "; ") + "the gradient norm is " +
+               (std::isnan(gradNorm) ? "nan" : "inf");
+      if (!why.empty() && opt.nanPolicy == Options::NanPolicy::Stop) {
+        if (rank == 0) {
+          if (tty && !opt.quiet)
+            std::printf("\n");
+          std::fflush(stdout);
+          std::fprintf(stderr,
+                       "error: step %lld: %s; stopping, with nothing "
+                       "written (--nan-policy stop; --nan-policy skip drops "
+                       "such steps on every rank)\n",
+                       static_cast<long long>(pos.globalStep), why.c_str());
+        }
+        if (logFile)
+          std::fclose(logFile);
+        return 1; // Every rank: the same decision, no hang.
+      }
+      if (!why.empty()) {
+        // --nan-policy skip: no update; the buffers go back to the step's
+        // start, the data it read stays consumed.
+        skipped = true;
+        cb = cbAtStart;
+        if (rank == 0)
+          std::fprintf(stderr,
+                       "warning: step %lld skipped: %s (--nan-policy skip)\n",
+                       static_cast<long long>(pos.globalStep), why.c_str());
+      }
+    }
+    if (!skipped) {
+      ++pos.optimizerSteps;
+      *lrArg.f() = lr;
+      *static_cast<int64_t *>(stepArg.ptr) = pos.optimizerSteps;
+      size_t a = 0;
+      for (int32_t i = 0; i < P; ++i)
+        applyArgs[a++] = paramSets[cp].tensors[i].ptr;
+      for (size_t i = 0; i < slots.size(); ++i)
+        applyArgs[a++] = optSets[co].tensors[i].ptr;
+      for (int32_t i = 0; i < P; ++i)
+        applyArgs[a++] = gradSets[cg].tensors[i].ptr;
+      applyArgs[a++] = lrArg.ptr;
+      applyArgs[a++] = stepArg.ptr;
+      applyArgs[a++] = scaleArg.ptr;
+      for (int32_t i = 0; i < P; ++i)
+        applyArgs[a++] = paramSets[1 - cp].tensors[i].ptr;
+      for (size_t i = 0; i < slots.size(); ++i)
+        applyArgs[a++] = optSets[1 - co].tensors[i].ptr;
+      ddpc_apply(applyArgs.data());
+      cp = 1 - cp;
+      co = 1 - co;
+    }
 
-    if (world > 1) {
+    if (world > 1 && !skipped) {
       for (int32_t i = 0; i < Bf; ++i) {
         float *b = bufferSets[cb].tensors[i].f();
         allreduceSum(b, buffers[i].numel, "allreduce of buffers");
@@ -988,13 +1183,14 @@ int run(int argc, char **argv) {
           b[e] /= static_cast<float>(world);
       }
     }
-    allreduceSum(local, 2, "allreduce of the step loss");
     double stepLoss = local[0] / static_cast<double>(world * K);
     int64_t stepSamples = globalBatch * K;
-    pos.epochLossSum += stepLoss;
-    pos.epochCorrect += static_cast<int64_t>(local[1]);
-    pos.epochSamples += stepSamples;
-    pos.epochSteps += 1;
+    if (!skipped) { // A skipped step's loss is not part of the epoch's.
+      pos.epochLossSum += stepLoss;
+      pos.epochCorrect += static_cast<int64_t>(local[1]);
+      pos.epochSamples += stepSamples;
+      pos.epochSteps += 1;
+    }
     pos.stepInEpoch += 1;
     epochSamplesHere += stepSamples;
     double stepSecs = secondsSince(stepStart);
@@ -1004,11 +1200,13 @@ int run(int argc, char **argv) {
         std::fprintf(
             logFile,
             "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,"
-            "\"samples_per_s\":%s,\"lr\":%s}\n",
+            "\"samples_per_s\":%s,\"lr\":%s%s%s%s}\n",
             static_cast<long long>(pos.globalStep),
             static_cast<long long>(pos.epoch + 1), jsonNumber(stepLoss).c_str(),
             jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0).c_str(),
-            jsonNumber(lr).c_str());
+            jsonNumber(lr).c_str(), checkFinite ? ",\"grad_norm\":" : "",
+            checkFinite ? jsonNumber(gradNorm).c_str() : "",
+            skipped ? ",\"skipped\":true" : "");
         std::fflush(logFile);
       }
       bool show = !opt.quiet && (tty || pos.stepInEpoch % progressEvery == 0) &&
@@ -1084,6 +1282,7 @@ int run(int argc, char **argv) {
   if (!opt.checkpoint.empty() && lastCkptStep != pos.globalStep)
     writeCkpt();
   if (rank == 0 && !opt.save.empty()) {
+    requireFiniteWeights("--save " + opt.save);
     std::vector<OnnxInitializer> inits;
     for (int32_t i = 0; i < P; ++i)
       inits.push_back(

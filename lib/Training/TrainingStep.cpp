@@ -763,6 +763,59 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   }
 
   //===------------------------------------------------------------------===//
+  // @grad_norm(grad_acc, grad_scale) -> norm: the L2 norm over all
+  // parameters of the averaged gradient grad_acc * grad_scale, as
+  // torch.nn.utils.clip_grad_norm_ computes it (float32, so a norm above
+  // ~1.8e19 is inf). The runtime's non-finite check reads it.
+  {
+    SmallVector<Type> ins(paramTypes);
+    ins.push_back(scalarF);
+    auto fn = func::FuncOp::create(b, loc, "grad_norm",
+                                   b.getFunctionType(ins, {scalarF}));
+    Block *entry = fn.addEntryBlock();
+    OpBuilder fb = OpBuilder::atBlockBegin(entry);
+    // One reduction per gradient, each starting from the previous sum (a
+    // fill, not a constant tensor, which GPU kernels would read through a
+    // device copy).
+    Value sum = linalg::FillOp::create(fb, loc,
+                                       ValueRange{arith::ConstantOp::create(
+                                           fb, loc, fb.getF32FloatAttr(0.0f))},
+                                       ValueRange{tensor::EmptyOp::create(
+                                           fb, loc, ArrayRef<int64_t>{}, f32)})
+                    .getResult(0);
+    MLIRContext *mctx = fb.getContext();
+    for (unsigned j = 0; j < P; ++j) {
+      Value g = entry->getArgument(j);
+      unsigned rank = ttype(g).getRank();
+      AffineMap in = AffineMap::getMultiDimIdentityMap(rank, mctx);
+      AffineMap out = AffineMap::get(rank, 0, {}, mctx);
+      sum =
+          linalg::GenericOp::create(
+              fb, loc, TypeRange{scalarF}, ValueRange{g}, ValueRange{sum},
+              ArrayRef<AffineMap>{in, out},
+              SmallVector<utils::IteratorType>(rank,
+                                               utils::IteratorType::reduction),
+              [](OpBuilder &nb, Location l, ValueRange a) {
+                Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
+                linalg::YieldOp::create(
+                    nb, l, arith::AddFOp::create(nb, l, a[1], sq).getResult());
+              })
+              .getResult(0);
+    }
+    Value norm = ew(fb, loc, ValueRange{sum, entry->getArgument(P)}, {}, f32,
+                    [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                      return arith::MulFOp::create(
+                          nb, l, math::SqrtOp::create(nb, l, a[0]), a[1]);
+                    });
+    func::ReturnOp::create(fb, loc, norm);
+    SmallVector<std::string> argNames;
+    for (const auto &s : info.params)
+      argNames.push_back("grad_acc." + s.name);
+    argNames.push_back("grad_scale");
+    setNames(fn, argNames, {"grad_norm"});
+  }
+
+  //===------------------------------------------------------------------===//
   // @eval(params, buffers, data, labels) -> (sample_loss [B], sample_correct
   // [B])
   {

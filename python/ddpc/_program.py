@@ -366,6 +366,7 @@ class Program:
         shuffle: bool = True,
         extra_args: Sequence[str] = (),
         timeout: float | None = None,
+        nan_policy: str = "stop",
     ) -> TrainResult:
         """Trains with the compiled training program (see TrainABI.h).
 
@@ -398,6 +399,12 @@ class Program:
                 ``./train --help``. ``--no-shuffle`` or ``--shuffle-seed``
                 here take the place of ``shuffle``/``shuffle_seed``.
             timeout: seconds before the run is killed (None: no limit).
+            nan_policy: what a non-finite loss (on any rank) or gradient
+                norm does (``--nan-policy``): ``"stop"`` raises
+                RuntimeError naming the step and the ranks, ``"skip"`` drops
+                the step on every rank (``TrainResult.log`` marks it
+                ``"skipped": true``), ``"ignore"`` applies it. A model with
+                non-finite weights is never saved.
 
         Returns:
             A :class:`TrainResult` with the parsed JSON-lines log and the
@@ -427,6 +434,10 @@ class Program:
             raise ValueError("pass both val_data and val_labels, or neither")
         if int(epochs) < 1 or int(ranks) < 1:
             raise ValueError(f"epochs and ranks must be >= 1, got {epochs} and {ranks}")
+        if nan_policy not in ("stop", "skip", "ignore"):
+            raise ValueError(
+                f"nan_policy must be 'stop', 'skip' or 'ignore', got {nan_policy!r}"
+            )
 
         with tempfile.TemporaryDirectory(prefix="ddpc-train-") as work:
             workdir = pathlib.Path(work)
@@ -464,6 +475,8 @@ class Program:
                     workdir / "VY.npy", np.ascontiguousarray(np.asarray(val_labels))
                 )
                 cmd += ["--val-data", "VX.npy", "--val-labels", "VY.npy"]
+            if not any(a.split("=")[0] == "--nan-policy" for a in extra):
+                cmd += ["--nan-policy", nan_policy]
             cmd += extra
             env = dict(os.environ)
             if int(ranks) > 1:

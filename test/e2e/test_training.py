@@ -348,6 +348,46 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.parametrize("case", ["data", "val-data", "batch"])
+def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
+    """MPMD launches whose ranks read data of different sizes (or run
+    programs with another per-rank batch) used to run collectives that did
+    not pair up, failing later with MPI_ERR_TRUNCATE or a watchdog timeout.
+    They end before the first step: one line from rank 0 naming the ranks
+    and values, every rank exit 1, quickly."""
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(64)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    np.save(tmp_path / "x2.npy", x[:48])
+    np.save(tmp_path / "y2.npy", y[:48])
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8)
+    other = prog
+    common = ["--epochs", "1", "--quiet"]
+    a = ["--data", "x.npy", "--labels", "y.npy", *common]
+    b = list(a)
+    if case == "data":
+        b = ["--data", "x2.npy", "--labels", "y2.npy", *common]
+        want = "--data: 64 samples on ranks 0, 1, 48 samples on rank 2"
+    elif case == "val-data":
+        b += ["--val-data", "x2.npy", "--val-labels", "y2.npy"]
+        want = "--val-data: none on ranks 0, 1, 48 samples on rank 2"
+    else:
+        other = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t4", 4)
+        want = "per-rank batch: 8 on ranks 0, 1, 4 on rank 2"
+    start = time.time()
+    proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", str(prog), *a, ":", "-np",
+                           "1", str(other), *b], capture_output=True, text=True, env=ENV,
+                          cwd=tmp_path, timeout=60)
+    assert time.time() - start < 20
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: the ranks were given different data or programs: ")
+    assert want in errors[0], errors[0]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 @pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
 def test_data_parallel_invariant_sync_batchnorm(ddpc, tmp_path, opt):
     """BatchNorm model with --sync-batchnorm: 2 ranks x b == 1 rank x 2b

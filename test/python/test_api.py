@@ -349,3 +349,22 @@ def test_train_without_shuffling() -> None:
         result = prog.train(x, y, epochs=1, **kwargs)
         first = next(entry["loss"] for entry in result.log if "loss" in entry)
         assert abs(first - want) < 1e-5 * max(1.0, abs(want)), (kwargs, first, want)
+
+
+def test_train_nan_policy() -> None:
+    """An inf in a sample: nan_policy="stop" (the default) raises naming the
+    step, "skip" drops it (the log marks it, the other steps train),
+    a bad value is a ValueError."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    model = onnx.load(str(root / "examples" / "digits" / "digits_mlp.onnx"))
+    rng = np.random.default_rng(4)
+    x = rng.random((64, 64), dtype=np.float32)
+    x[20, 3] = np.inf  # step 2 of 16-sample batches
+    y = rng.integers(0, 10, 64).astype(np.int64)
+    prog = ddpc.compile(model, train=ddpc.TrainConfig(optimizer="sgd", lr=0.1, batch_size=16))
+    with pytest.raises(RuntimeError, match="step 2: the loss is nan on rank 0"):
+        prog.train(x, y, epochs=1, shuffle=False)
+    result = prog.train(x, y, epochs=1, shuffle=False, nan_policy="skip")
+    assert [bool(e.get("skipped")) for e in result.log] == [False, True, False, False]
+    with pytest.raises(ValueError, match="nan_policy"):
+        prog.train(x, y, nan_policy="never")

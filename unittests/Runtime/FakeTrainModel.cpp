@@ -247,6 +247,18 @@ void ddpc_apply(void **args) {
   }
 }
 
+void ddpc_grad_norm(void **args) {
+  const float *gW = static_cast<const float *>(args[0]);
+  const float *gb = static_cast<const float *>(args[1]);
+  float scale = *static_cast<const float *>(args[2]);
+  double sum = 0;
+  for (int i = 0; i < kF * kC; ++i)
+    sum += double(gW[i]) * gW[i];
+  for (int i = 0; i < kC; ++i)
+    sum += double(gb[i]) * gb[i];
+  *static_cast<float *>(args[3]) = static_cast<float>(std::sqrt(sum)) * scale;
+}
+
 void ddpc_eval(void **args) {
   const float *W = static_cast<const float *>(args[0]);
   const float *b = static_cast<const float *>(args[1]);

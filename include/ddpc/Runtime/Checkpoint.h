@@ -5,13 +5,16 @@
 // padding.
 //
 //   char[8]  magic "DDPCCKPT"
-//   u32      format version (1)
+//   u32      format version (2; version 1, without the optimizer steps, is
+//            still read)
 //   str      model name (ddpc_model_name)
 //   str      optimizer description (ddpc_optimizer_desc)
 //   i32      world size      i64  batch size B      i32  accumulation K
 //   u64      shuffle seed    u8   shuffle (0 = --no-shuffle)
 //   i64      epoch (0-based) i64  steps done in that epoch
-//   i64      global optimizer steps done
+//   i64      global optimizer steps done (the sampler's count)
+//   i64      optimizer steps applied (the steps done minus those skipped
+//            for a non-finite loss or gradient; AdamW's step count)
 //   f64      epoch loss sum  i64  epoch correct     i64  epoch samples
 //   i64      epoch steps          (running totals of the current epoch)
 //   3 x section (params, buffers, optimizer state), each:
@@ -36,7 +39,7 @@
 namespace ddpc {
 namespace runtime {
 
-constexpr uint32_t kCheckpointVersion = 1;
+constexpr uint32_t kCheckpointVersion = 2;
 
 /// A named float32 tensor. When writing, `data` points at the values (and
 /// `values` is unused); when reading, `values` holds them and `data` is null.
@@ -62,6 +65,7 @@ struct Checkpoint {
   int64_t epoch = 0;
   int64_t stepInEpoch = 0;
   int64_t globalStep = 0;
+  int64_t optimizerSteps = 0;
   double epochLossSum = 0;
   int64_t epochCorrect = 0;
   int64_t epochSamples = 0;

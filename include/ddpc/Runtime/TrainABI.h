@@ -116,6 +116,14 @@ void ddpc_apply(void **args);
 ///           /*outputs*/ sample_loss (f32[B]), sample_correct (i64[B])]
 void ddpc_eval(void **args);
 
+/// The L2 norm over all parameters of the averaged gradient, grad_acc *
+/// grad_scale (torch.nn.utils.clip_grad_norm_'s total norm), in float32:
+/// the runtime's non-finite check (--nan-policy) reads it after the last
+/// micro-batch, before ddpc_apply.
+///   args = [grad_acc(P), grad_scale (f32 scalar),
+///           /*outputs*/ grad_norm (f32 scalar)]
+void ddpc_grad_norm(void **args);
+
 //===----------------------------------------------------------------------===//
 // Collectives provided by the runtime, called by compiled code
 //===----------------------------------------------------------------------===//
