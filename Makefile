@@ -6,7 +6,8 @@ PYTHON ?= python3
 CMAKE_FLAGS ?=
 
 .PHONY: all setup configure build test test-lit test-unit test-backend \
-        test-light test-cuda-emulate test-python demo demo-inference bench clean format
+        test-light test-cuda-emulate test-python test-fuzz fuzz demo \
+        demo-inference bench clean format
 
 all: build
 
@@ -50,7 +51,16 @@ test-python: build
 	DDPC_UNITTEST_DIR=$(CURDIR)/$(BUILD)/unittests PYTHONPATH=$(CURDIR)/$(BUILD)/python \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider test/e2e test/runtime test/python
 
-test: test-lit test-unit test-backend test-light test-cuda-emulate test-python
+# The libFuzzer targets (fuzz/README.md): the inputs that once crashed,
+# then a 30-second run of each target. `make fuzz` runs them 30 minutes each.
+FUZZ_SECONDS ?= 1800
+test-fuzz: setup
+	JOBS=$(JOBS) bash scripts/fuzz 30
+
+fuzz: setup
+	JOBS=$(JOBS) bash scripts/fuzz $(FUZZ_SECONDS)
+
+test: test-lit test-unit test-backend test-light test-cuda-emulate test-python test-fuzz
 
 # The main job: data-parallel training of a CNN on Fashion-MNIST (2 ranks),
 # then the digits MLP. Each checks test accuracy with onnxruntime.
@@ -70,4 +80,4 @@ format:
 	find include lib tools unittests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz build-fuzz.configure.log

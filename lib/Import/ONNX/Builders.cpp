@@ -99,7 +99,8 @@ int64_t numElements(ArrayRef<int64_t> shape) {
 }
 
 FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+  // A 0-d tensor has no axis: callers index the shape with the result.
+  if (axis < -rank || axis >= rank)
     return failure();
   return axis < 0 ? axis + rank : axis;
 }

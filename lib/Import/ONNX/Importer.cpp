@@ -10,9 +10,12 @@
 #include "GraphImporter.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SmallString.h"
@@ -22,9 +25,11 @@
 #include "llvm/Support/Path.h"
 
 #include <onnx/checker.h>
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
 #include <cstring>
+#include <limits>
 #include <sys/stat.h>
 
 using namespace mlir;
@@ -32,8 +37,13 @@ using namespace mlir;
 namespace ddpc {
 
 void registerImportDialects(DialectRegistry &registry) {
-  registry.insert<arith::ArithDialect, func::FuncDialect, linalg::LinalgDialect,
-                  math::MathDialect, tensor::TensorDialect>();
+  // Everything the op importers build: tensor-level ops, and for run-time
+  // checks and collectives (buildIndexCheck, buildAllReduceSum) the
+  // bufferization, memref and LLVM ops of their helper functions.
+  registry.insert<arith::ArithDialect, bufferization::BufferizationDialect,
+                  func::FuncDialect, linalg::LinalgDialect, LLVM::LLVMDialect,
+                  math::MathDialect, memref::MemRefDialect,
+                  tensor::TensorDialect>();
 }
 
 namespace onnx_import {
@@ -46,6 +56,17 @@ OpBuilder &NodeContext::builder() { return importer.builder; }
 Location NodeContext::loc() { return importer.loc; }
 
 TValue NodeContext::input(int i) {
+  if (!hasInput(i)) {
+    // checkArity makes this unreachable for required inputs; an importer
+    // reading an absent optional one without hasInput() gets an error and a
+    // placeholder (the import fails after this node).
+    (void)invalid("input #" + Twine(i) + " is missing");
+    OpBuilder::InsertionGuard guard(builder());
+    auto t = RankedTensorType::get({1}, builder().getF32Type());
+    return {arith::ConstantOp::create(builder(), loc(),
+                                      DenseElementsAttr::get(t, 0.0f)),
+            kFloat};
+  }
   const std::string &name = node.input(i);
   auto it = importer.values.find(name);
   if (it != importer.values.end())
@@ -456,6 +477,54 @@ using namespace onnx_import;
 
 std::vector<std::string> supportedONNXOpTypes() {
   return getRegistry().opTypes();
+}
+
+/// The node's input and output counts against the op's schema for its
+/// opset (the ONNX library's, newest version <= the node's opset): at least
+/// min_input and at most max_input inputs, required (non-optional) inputs
+/// not empty, at most max_output outputs. The importers index their inputs
+/// by position and rely on it. The 1.12 library knows opsets up to 17;
+/// for a newer node only the lower bound of its newest schema is checked
+/// (later versions added inputs and outputs, all optional), and an op it
+/// does not know (Gelu) needs one input.
+static LogicalResult checkArity(NodeContext &ctx) {
+  constexpr int64_t kNewestLibraryOpset = 17;
+  const onnx::NodeProto &node = ctx.node;
+  int n = node.input_size();
+  const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(
+      node.op_type(), static_cast<int>(ctx.opset), "");
+  if (!schema)
+    return n >= 1 && !node.input(0).empty()
+               ? success()
+               : ctx.invalid("needs at least one input");
+  bool exact = ctx.opset <= kNewestLibraryOpset;
+  int maxIn = exact ? schema->max_input() : std::numeric_limits<int>::max();
+  if (n < schema->min_input() || n > maxIn)
+    return ctx.invalid("has " + Twine(n) + " input(s); " + node.op_type() +
+                       " (opset " + Twine(schema->since_version()) +
+                       ") takes " + Twine(schema->min_input()) +
+                       (maxIn == schema->min_input() ? std::string()
+                        : maxIn == std::numeric_limits<int>::max()
+                            ? " or more"
+                            : " to " + std::to_string(maxIn)));
+  const auto &formal = schema->inputs();
+  int checked = exact ? n : schema->min_input();
+  for (int i = 0; i < checked; ++i) {
+    size_t f = std::min<size_t>(i, formal.empty() ? 0 : formal.size() - 1);
+    bool optional =
+        formal.empty() || formal[f].GetOption() ==
+                              onnx::OpSchema::FormalParameterOption::Optional;
+    if (!optional && node.input(i).empty())
+      return ctx.invalid(
+          "required input #" + Twine(i) + " ('" +
+          (formal.empty() ? std::string() : formal[f].GetName()) +
+          "') is empty");
+  }
+  if (exact && node.output_size() > schema->max_output())
+    return ctx.invalid("has " + Twine(node.output_size()) +
+                       " outputs; it has at most " +
+                       Twine(schema->max_output()));
+  return success();
 }
 
 /// Binds every dimension of a graph input; fills `shape` or reports which
@@ -935,7 +1004,9 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                     "unsupported op " + ctx.describe());
       return nullptr;
     }
-    if (failed((*fn)(ctx))) {
+    if (failed(checkArity(ctx)))
+      return nullptr;
+    if (failed((*fn)(ctx)) || error.kind != ImportErrorKind::None) {
       if (error.kind == ImportErrorKind::None)
         (void)ctx.unsupported("import failed");
       return nullptr;

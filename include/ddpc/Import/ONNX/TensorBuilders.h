@@ -72,7 +72,8 @@ mlir::TypedAttr scalarAttr(mlir::Type type, double v);
 mlir::TypedAttr lowestAttr(mlir::Type type, bool isUnsigned);
 mlir::TypedAttr highestAttr(mlir::Type type, bool isUnsigned);
 
-/// Normalizes a possibly negative axis against `rank`; failure if out of range.
+/// Normalizes a possibly negative axis against `rank`: in [0, rank), or
+/// failure if outside [-rank, rank) (always, for rank 0).
 mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
