@@ -41,6 +41,8 @@ from onnx import helper, numpy_helper, shape_inference
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH / "models"))
+sys.path.insert(0, str(BENCH))
+import embedding  # noqa: E402
 import make_models  # noqa: E402
 
 MPI_ENV = {
@@ -883,6 +885,7 @@ def markdown(report: dict) -> str:
             f"| {name} | {s['stage']} | {fmt(s['ms'])} | {s['share'] * 100:.0f}% | {nxt}{fail} | "
             f"{p['runs']} |"
         )
+    lines += embedding.markdown(report, fmt)
     lines += ["", f"Total bench wall time: {report['wall_s']:.0f} s."]
     return "\n".join(lines) + "\n"
 
@@ -922,6 +925,11 @@ def main() -> None:
         help="timed runs per profiled node (default: per model)",
     )
     parser.add_argument("--step-timeout", type=int, default=600)
+    parser.add_argument(
+        "--no-embedding",
+        action="store_true",
+        help="skip the token-embedding tables (DDP match, index-check cost)",
+    )
     args = parser.parse_args()
     t_start = time.perf_counter()
     args.ddpc = str(pathlib.Path(args.ddpc).resolve())
@@ -974,6 +982,17 @@ def main() -> None:
         if not args.no_profile:
             log(f"{name}: profile")
             entry["profile"] = profile(args, name, cfg, model_path, work)
+    if not args.no_embedding and args.has_train:
+        log("token embedding: DDP match and index-check cost")
+        ctx = argparse.Namespace(
+            ddpc=args.ddpc,
+            run=run,
+            first_error_line=first_error_line,
+            parse_time=parse_time,
+            one_thread=ONE_THREAD,
+            mpi_env={**ONE_THREAD, **MPI_ENV},
+        )
+        report["embedding"] = embedding.run(ctx, torch_py, work_root / "embedding")
     report["wall_s"] = time.perf_counter() - t_start
 
     out = pathlib.Path(args.results)
