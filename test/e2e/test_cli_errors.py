@@ -477,3 +477,36 @@ def test_newer_dtype_is_named(ddpc, tmp_path, dtype, name):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "m.onnx")
     proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
     assert_clean_failure(proc, tmp_path / "prog", 2, f"has dtype {name}")
+
+
+ARITY_AND_TYPES = {
+    # Inputs the op's schema does not allow: one line naming the node,
+    # never a crash in an importer that reads its inputs by position (the
+    # fuzzer's InstanceNormalization with one input) or an IR verifier error
+    # (a Clip bound of another dtype, a float Where condition).
+    "too-few-inputs": (helper.make_node("InstanceNormalization", ["x"], ["y"], name="n"), [],
+                       "has 1 input(s); InstanceNormalization (opset 6) takes 3"),
+    "too-many-inputs": (helper.make_node("Relu", ["x", "x"], ["y"], name="n"), [],
+                        "has 2 input(s); Relu (opset 14) takes 1"),
+    "empty-required-input": (helper.make_node("Add", ["x", ""], ["y"], name="n"), [],
+                             "required input #1 ('B') is empty"),
+    "clip-bound-dtype": (helper.make_node("Clip", ["x", "lo"], ["y"], name="n"),
+                         [numpy_helper.from_array(np.array(1, np.int16), "lo")],
+                         "inputs #0 ('x', float32) and #1 ('lo', int16) must have the same "
+                         "element type (T)"),
+    "where-float-condition": (helper.make_node("Where", ["x", "x", "x"], ["y"], name="n"), [],
+                              "input #0 ('x') has type tensor(float), which Where (opset 9) "
+                              "does not take there"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ARITY_AND_TYPES))
+def test_inputs_the_schema_refuses_are_one_line(ddpc, tmp_path, case):
+    node, inits, needle = ARITY_AND_TYPES[case]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
+              tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+    assert "(node 'n'" in proc.stderr

@@ -479,6 +479,43 @@ std::vector<std::string> supportedONNXOpTypes() {
   return getRegistry().opTypes();
 }
 
+/// The ONNX type name of a dtype ("float", "int64", ...; onnx.proto's
+/// TensorProto.DataType, as schemas spell them in "tensor(float)").
+static const char *onnxTypeName(int32_t dtype) {
+  switch (dtype) {
+  case kFloat:
+    return "float";
+  case kUInt8:
+    return "uint8";
+  case kInt8:
+    return "int8";
+  case kUInt16:
+    return "uint16";
+  case kInt16:
+    return "int16";
+  case kInt32:
+    return "int32";
+  case kInt64:
+    return "int64";
+  case kString:
+    return "string";
+  case kBool:
+    return "bool";
+  case kFloat16:
+    return "float16";
+  case kDouble:
+    return "double";
+  case kUInt32:
+    return "uint32";
+  case kUInt64:
+    return "uint64";
+  case kBFloat16:
+    return "bfloat16";
+  default:
+    return "unknown";
+  }
+}
+
 /// The node's input and output counts against the op's schema for its
 /// opset (the ONNX library's, newest version <= the node's opset): at least
 /// min_input and at most max_input inputs, required (non-optional) inputs
@@ -524,6 +561,50 @@ static LogicalResult checkArity(NodeContext &ctx) {
     return ctx.invalid("has " + Twine(node.output_size()) +
                        " outputs; it has at most " +
                        Twine(schema->max_output()));
+  // Element types: inputs bound to one type parameter ("T") share a dtype,
+  // and each dtype is one its constraint allows (opsets <= 17 only: newer
+  // versions allow more types, bfloat16 and the float8s among them).
+  llvm::StringMap<std::pair<int32_t, int>> bound; // param -> (dtype, input)
+  for (int i = 0; i < n; ++i) {
+    if (formal.empty() || node.input(i).empty())
+      continue;
+    // Inputs past the formal list belong to its last one if it is variadic;
+    // else they are inputs of a newer version than the library knows.
+    bool variadic = formal.back().GetOption() ==
+                    onnx::OpSchema::FormalParameterOption::Variadic;
+    if (static_cast<size_t>(i) >= formal.size() && !variadic)
+      continue;
+    const auto &param = formal[std::min<size_t>(i, formal.size() - 1)];
+    const std::string &name = node.input(i);
+    int32_t dtype = kUndefined;
+    if (auto v = ctx.importer.values.find(name); v != ctx.importer.values.end())
+      dtype = v->second.dtype;
+    else if (auto c = ctx.importer.constants.find(name);
+             c != ctx.importer.constants.end())
+      dtype = c->second.second;
+    if (dtype == kUndefined)
+      continue;
+    const std::string &typeStr = param.GetTypeStr();
+    auto [it, fresh] = bound.try_emplace(typeStr, dtype, i);
+    if (!fresh && it->second.first != dtype)
+      return ctx.invalid("inputs #" + Twine(it->second.second) + " ('" +
+                         node.input(it->second.second) + "', " +
+                         dtypeName(it->second.first) + ") and #" + Twine(i) +
+                         " ('" + name + "', " + dtypeName(dtype) +
+                         ") must have the same element type (" + typeStr + ")");
+    if (!exact)
+      continue;
+    std::string want = std::string("tensor(") + onnxTypeName(dtype) + ")";
+    bool allowed = typeStr == want;
+    for (const auto &tc : schema->typeConstraintParams())
+      if (tc.type_param_str == typeStr)
+        allowed = llvm::is_contained(tc.allowed_type_strs, want);
+    if (!allowed)
+      return ctx.invalid("input #" + Twine(i) + " ('" + name + "') has type " +
+                         want + ", which " + node.op_type() + " (opset " +
+                         Twine(schema->since_version()) +
+                         ") does not take there");
+  }
   return success();
 }
 
@@ -1080,10 +1161,20 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     func.setResultAttr(i, "ddpc.role", b.getStringAttr("buffer_update"));
   }
 
-  if (failed(verify(*module))) {
-    (void)gi.fail(ImportErrorKind::Invalid,
-                  "internal error: the imported IR does not verify");
-    return nullptr;
+  // A verifier failure is ddpc's bug, but it must still be one line.
+  std::string diag;
+  {
+    ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+      if (diag.empty())
+        diag = d.str();
+      return success();
+    });
+    if (failed(verify(*module))) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "internal error: the imported IR does not verify (" +
+                        StringRef(diag).split('\n').first + ")");
+      return nullptr;
+    }
   }
   return module;
 }
