@@ -13,6 +13,9 @@
 #     --target cpu (cached under build/gpu-prepare-work; --force rebuilds);
 #   - runs the CPU program here for 20 steps (--no-shuffle, 20 x 32
 #     samples): the per-step losses and final weights are the reference;
+#   - a token-embedding program (its table's gradient is atomic adds on the
+#     GPU, its ids are checked on the device): CPU-trained weights, and ids
+#     with one out of range that the GPU run must refuse;
 #   - writes OUTDIR (CUDA programs, data, references, torch-free graph
 #     description, gpu-check.sh, gpu_check.py, torch_ref.py, README.txt)
 #     and OUTDIR-cpu (the CPU programs, only for the dry run here);

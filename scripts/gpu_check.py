@@ -142,6 +142,9 @@ LOSS1_RTOL = 1e-4
 # an lr 2% off fails both (tested with a wrapper program in the dry run).
 LOSS_RTOL = 1e-3
 WEIGHT_RTOL = 1e-2
+#: The token-embedding check (embedding_check): no kinks, so only the order
+#: of the atomic adds of the table's gradient differs from the CPU.
+EMBED_RTOL = 1e-4
 CHAOS = 4.0
 
 #: Timed-run settings per mode: warm-up steps (excluded), measured steps,
@@ -210,7 +213,7 @@ class CheckpointError(Exception):
 
 
 def read_checkpoint(path) -> dict:
-    """A ddpc checkpoint (include/ddpc/Runtime/Checkpoint.h, version 1):
+    """A ddpc checkpoint (include/ddpc/Runtime/Checkpoint.h, versions 1-2):
     header fields and three sections of named float32 tensors: params,
     buffers, opt_state ("<param>/slot<s>"; AdamW: slot0 = m, slot1 = v)."""
     data = pathlib.Path(path).read_bytes()
@@ -233,15 +236,20 @@ def read_checkpoint(path) -> dict:
     if take(8) != b"DDPCCKPT":
         raise CheckpointError(f"{path}: not a ddpc checkpoint (bad magic)")
     version = u("I")
-    if version != 1:
-        raise CheckpointError(f"{path}: checkpoint format version {version}, expected 1")
+    if version not in (1, 2):
+        raise CheckpointError(f"{path}: checkpoint format version {version}, expected 1 or 2")
     ck = {"model": string(), "optimizer": string()}
     for key, fmt in (
         ("world", "i"), ("batch", "q"), ("accum", "i"), ("seed", "Q"), ("shuffle", "B"),
-        ("epoch", "q"), ("step_in_epoch", "q"), ("global_step", "q"), ("epoch_loss_sum", "d"),
-        ("epoch_correct", "q"), ("epoch_samples", "q"), ("epoch_steps", "q"),
+        ("epoch", "q"), ("step_in_epoch", "q"), ("global_step", "q"),
+        # Version 2: the optimizer steps applied (steps skipped for a
+        # non-finite loss excluded).
+        *((("optimizer_steps", "q"),) if version >= 2 else ()),
+        ("epoch_loss_sum", "d"), ("epoch_correct", "q"), ("epoch_samples", "q"),
+        ("epoch_steps", "q"),
     ):
         ck[key] = u(fmt)
+    ck.setdefault("optimizer_steps", ck["global_step"])
     for section in ("params", "buffers", "opt_state"):
         tensors = {}
         for _ in range(u("I")):
@@ -1193,6 +1201,56 @@ def print_table(results: list, mode: str) -> None:
             print(f"  torch ({r['model']}): {r['torch_error']}")
 
 
+def embedding_check(ctx: dict, spec: dict) -> list:
+    """The token-embedding program (issue 17): its table's gradient is a
+    scatter-add of atomic adds on the GPU, its indices are checked on the
+    device and examined at the host synchronization. Trains STEPS steps
+    and compares the weights with the CPU reference (atomics reorder the
+    sums: within EMBED_RTOL of the largest reference value), then runs on
+    ids with one out of range and expects the run to end non-zero with the
+    message naming the node, the index and the step. Returns failures."""
+    bundle, work, mode = ctx["bundle"], ctx["work"] / "embedding", ctx["mode"]
+    work.mkdir(parents=True, exist_ok=True)
+    edir = bundle / spec["dir"]
+    prog = edir / spec["program_cuda"] if mode == "cuda" else ctx["cpu_dir"] / spec["dir"] / spec["program_cpu"]
+    if not prog.exists():
+        return [f"embedding: {prog} not found"]
+    prog = runnable_program(prog, work)
+    env = dict(os.environ)
+    if ctx["ddpc_ld_path"]:
+        env["LD_LIBRARY_PATH"] = ctx["ddpc_ld_path"]
+    failures = []
+    out = work / "trained.onnx"
+    r = run_cmd([prog, *ddpc_flags(edir / spec["ids"], edir / spec["labels"]), "--epochs", 1, "--save", out],
+                TIMEOUTS[mode]["short"], cwd=work, env=env)
+    if r["rc"] != 0 or not out.exists():
+        failures.append(why_failed(r, "embedding, training run"))
+    else:
+        import onnx  # noqa: PLC0415  (the bundle's python has it for the graph export)
+        from onnx import numpy_helper  # noqa: PLC0415
+        got = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer}
+        ref = np.load(edir / spec["ref_weights"])
+        for name in ref.files:
+            scale = float(np.max(np.abs(ref[name]))) or 1.0
+            err = float(np.max(np.abs(got[name] - ref[name]))) / scale
+            ok = err <= EMBED_RTOL
+            print(f"gpu-check: embedding: {name} max |dw| / max |w| = {err:.2e} "
+                  f"({'PASS' if ok else 'FAIL'}, limit {EMBED_RTOL:g})", flush=True)
+            if not ok:
+                failures.append(f"embedding: weight {name} off by {err:.2e} relative (limit {EMBED_RTOL:g})")
+    r = run_cmd([prog, *ddpc_flags(edir / spec["bad_ids"], edir / spec["labels"]), "--epochs", 1,
+                 "--save", work / "bad.onnx"], TIMEOUTS[mode]["short"], cwd=work, env=env)
+    want = spec["bad_message"]
+    if r["rc"] == 0 or want not in r["err"] or (work / "bad.onnx").exists():
+        failures.append(f"embedding: an out-of-range id did not end the run with '{want}': "
+                        f"{why_failed(r, 'bad-id run')}")
+    else:
+        print(f"gpu-check: embedding: out-of-range id refused: PASS ({tail(r['err'], 1)})", flush=True)
+    for f in failures:
+        print(f"gpu-check: FAIL: {f}", flush=True)
+    return failures
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "torch":
         ap = argparse.ArgumentParser()
@@ -1279,8 +1337,12 @@ def main() -> int:
                 print(f"gpu-check: FAIL: {r['errors'][0]}\n{r['traceback']}", flush=True)
             result["models"].append(r)
         print_table(result["models"], mode)
+        emb = manifest.get("embedding")
+        if emb and (not args.models or emb["dir"] in args.models):
+            result["embedding_failures"] = embedding_check(ctx, manifest["embedding"])
+            result["errors"] += result["embedding_failures"]
         bad = result["errors"] + [e for r in result["models"] for e in r["errors"]]
-        if not result["models"]:
+        if not result["models"] and "embedding_failures" not in result:
             bad.append("no model was checked")
         result["failures"] = bad
         rc = 1 if bad else 0

@@ -3,6 +3,8 @@
 python3 with onnx and numpy), never on the GPU machine; started by
 scripts/gpu-prepare.sh.
 
+Also the token-embedding check (embedding_bundle, gpu_check.embedding_check).
+
 For each model (Fashion-MNIST CNN, ResNet-18 at 3x32x32):
   - compiles `ddpc compile --train --optimizer adamw --lr 0.001
     --batch-size 32` for --target cuda --cuda-arch sm_80,sm_90 and for
@@ -420,6 +422,48 @@ Models
 """
 
 
+def embedding_bundle(ddpc, work, out, cpu_out, force, tool_sha) -> dict:
+    """The token-embedding check (gpu_check.embedding_check): a token
+    classifier (bench/embedding.token_model: a [1000, 32] table, 16 tokens,
+    10 classes) as CUDA and CPU training programs, STEPS x BATCH int64 ids,
+    the CPU program's trained weights, and ids with one out of range (row
+    2 * BATCH + 5, in step 3) with the message the run must end with."""
+    import embedding  # noqa: PLC0415  (bench/embedding.py)
+
+    name = "token_embedding"
+    ework = work / name
+    ework.mkdir(exist_ok=True)
+    model = ework / f"{name}.onnx"
+    V, S, C = 1000, 16, 10
+    embedding.token_model(model, V, 32, S, C, tied=False)
+    rng = np.random.default_rng(5)
+    n = STEPS * BATCH
+    ids = rng.integers(0, V, (n, S)).astype(np.int64)
+    labels = rng.integers(0, C, n).astype(np.int64)
+    bad = ids.copy()
+    bad[2 * BATCH + 5, 3] = V
+    for f, a in (("ids.npy", ids), ("labels.npy", labels), ("bad_ids.npy", bad)):
+        np.save(ework / f, a)
+    cpu = compile_program(ddpc, model, "cpu", ework / "train_cpu", force, tool_sha)
+    cuda = compile_program(ddpc, model, "cuda", ework / "train_cuda", force, tool_sha)
+    sh([cpu, *gpu_check.ddpc_flags(ework / "ids.npy", ework / "labels.npy"), "--epochs", 1, "--save",
+        ework / "ref.onnx"])
+    ref = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(ework / "ref.onnx")).graph.initializer
+           if t.data_type == onnx.TensorProto.FLOAT}
+    bdir = out / name
+    bdir.mkdir()
+    np.savez(bdir / "ref_weights.npz", **ref)
+    for f in ("ids.npy", "labels.npy", "bad_ids.npy"):
+        shutil.copy2(ework / f, bdir / f)
+    shutil.copy2(cuda, bdir / "train_cuda")
+    (cpu_out / name).mkdir()
+    shutil.copy2(cpu, cpu_out / name / "train_cpu")
+    log(f"token embedding check: {V}-row table, {n} samples of {S} ids, bad id in step 3")
+    return {"dir": name, "program_cuda": "train_cuda", "program_cpu": "train_cpu", "ids": "ids.npy",
+            "labels": "labels.npy", "bad_ids": "bad_ids.npy", "ref_weights": "ref_weights.npz",
+            "bad_message": f"step 3: index {V} is out of range in Gather node 'embed'"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", type=pathlib.Path)
@@ -543,6 +587,7 @@ def main() -> int:
             f"  {name:<12} input {list(u8.shape[1:])}, {g['params'] / 1e6:.2f}M params, data: {data_desc}; "
             f"CPU reference loss {ref['losses'][0]:.4f} -> {ref['losses'][-1]:.4f}"
         )
+    manifest["embedding"] = embedding_bundle(ddpc, work, out, cpu_out, args.force, tool_sha.hexdigest())
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     shutil.copy2(ROOT / "scripts/gpu-check.sh", out / "gpu-check.sh")
     shutil.copy2(ROOT / "scripts/gpu_check.py", out / "gpu_check.py")

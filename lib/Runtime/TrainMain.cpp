@@ -1111,18 +1111,21 @@ int run(int argc, char **argv) {
     ++pos.globalStep;
     bool skipped = false;
     if (checkFinite) {
-      std::string nanRanks, infRanks;
-      for (int r = 0; r < world; ++r) {
-        std::string &list = stats[3 + r] == 1 ? nanRanks : infRanks;
+      std::vector<int> nanRanks, infRanks;
+      for (int r = 0; r < world; ++r)
         if (stats[3 + r] != 0)
-          list += (list.empty() ? "" : ", ") + std::to_string(r);
-      }
+          (stats[3 + r] == 1 ? nanRanks : infRanks).push_back(r);
+      auto onRanks = [](const std::vector<int> &ranks) {
+        std::string s = ranks.size() == 1 ? " on rank" : " on ranks";
+        for (size_t i = 0; i < ranks.size(); ++i)
+          s += (i ? ", " : " ") + std::to_string(ranks[i]);
+        return s;
+      };
       std::string why;
       if (!nanRanks.empty())
-        why = "the loss is nan on rank " + nanRanks;
+        why = "the loss is nan" + onRanks(nanRanks);
       if (!infRanks.empty())
-        why += (why.empty() ? "the loss is inf on rank " : ", inf on rank ") +
-               infRanks;
+        why += (why.empty() ? "the loss is inf" : ", inf") + onRanks(infRanks);
       if (stats[2] > 0)
         why += std::string(why.empty() ? "" : "; ") + "the gradient norm is " +
                (std::isnan(gradNorm) ? "nan" : "inf");

@@ -105,6 +105,11 @@ FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+bool broadcastsTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
+  auto out = broadcastShapes({from, to});
+  return succeeded(out) && ArrayRef<int64_t>(*out) == to;
+}
+
 FailureOr<SmallVector<int64_t>>
 broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes) {
   size_t rank = 0;

@@ -236,8 +236,17 @@ using ddpc::scalarConst;
 mlir::Value castScalar(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
                        int32_t fromDType, int32_t toDType, mlir::Type toType);
 
+using ddpc::broadcastsTo;
 using ddpc::normalizeAxis;
 using ddpc::numElements;
+
+/// "[2,3]" (messages).
+inline std::string shapeString(llvm::ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
 
 } // namespace ddpc::onnx_import
 

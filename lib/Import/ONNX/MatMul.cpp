@@ -143,8 +143,10 @@ LogicalResult importGemm(NodeContext &ctx) {
   SmallVector<Value> ins{r};
   if (hasC) {
     TValue c = ctx.input(2);
-    if (failed(broadcastShapes({c.shape(), outShape})) || c.rank() > 2)
-      return ctx.invalid("C cannot be broadcast to the result");
+    if (!broadcastsTo(c.shape(), outShape))
+      return ctx.invalid("C of shape " + shapeString(c.shape()) +
+                         " cannot be broadcast to the result's " +
+                         shapeString(outShape));
     ins.push_back(c.value);
   }
   if (alpha != 1.0 || hasC) {

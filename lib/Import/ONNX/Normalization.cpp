@@ -340,8 +340,8 @@ LogicalResult importLayerNorm(NodeContext &ctx) {
   if (hasBias)
     ins.push_back(ctx.input(2).value);
   for (size_t i = 2; i < ins.size(); ++i)
-    if (failed(broadcastShapes(
-            {cast<RankedTensorType>(ins[i].getType()).getShape(), x.shape()})))
+    if (!broadcastsTo(cast<RankedTensorType>(ins[i].getType()).getShape(),
+                      x.shape()))
       return ctx.invalid("Scale/B cannot be broadcast to X");
   Value y = buildElementwise(
       b, loc, ins, x.shape(), x.elementType(),

@@ -23,6 +23,10 @@ namespace ddpc {
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<llvm::ArrayRef<int64_t>> shapes);
 
+/// Whether `from` broadcasts to `to` in numpy's unidirectional sense (the
+/// result is `to`: Gemm's C, LayerNormalization's Scale).
+bool broadcastsTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
+
 using ScalarBodyFn = llvm::function_ref<mlir::Value(
     mlir::OpBuilder &, mlir::Location, mlir::ValueRange)>;
 
