@@ -154,3 +154,22 @@ def test_training_stops_naming_rank_step_and_node(ddpc, tmp_path, target):
     assert ("error: rank 1: step 3: index 5 is out of range in Gather node 'embed'"
             in proc.stderr), proc.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+# Every imported op with an index input, and the test above that checks it.
+# OneHot's out-of-range indices give an all-zero row by the spec, not an
+# error, so it would go in a table of its own.
+CHECKED_INDEX_INPUTS = {("Gather", "indices"): test_out_of_range_index_raises}
+
+
+def test_every_index_input_of_every_op_is_checked():
+    """The class test: walks ddpc.supported_ops() and each op's ONNX schema;
+    an input that holds indices into another tensor (the schemas name them
+    `indices`, `batch_indices`, `write_indices`) must have a run-time check
+    with a test in CHECKED_INDEX_INPUTS. Adding GatherElements, GatherND,
+    ScatterND, ... without one fails here."""
+    import onnx.defs
+    found = {(op, f.name) for op in ddpc_py.supported_ops()
+             for f in onnx.defs.get_schema(op).inputs if f.name.endswith("indices")}
+    assert found, "no index input at all: the enumeration is broken"
+    assert found <= set(CHECKED_INDEX_INPUTS), sorted(found - set(CHECKED_INDEX_INPUTS))
