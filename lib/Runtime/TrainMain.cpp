@@ -190,7 +190,9 @@ void printUsage(const char *prog) {
       "batch is\n%lld x world size. Gradients are summed over ranks in "
       "buckets that start\nduring the backward pass of the last "
       "micro-batch (DDPC_COMM_THREAD=0: without\nthe CPU runtime's "
-      "communication thread). Exit status: 0 on success, 1 on any\nerror.\n",
+      "communication thread) and the update uses their mean over\nthe "
+      "global batch, as DistributedDataParallel. Exit status: 0 on success, "
+      "1 on\nany error.\n",
       prog, ddpc_model_name ? ddpc_model_name : "",
       ddpc_optimizer_desc ? ddpc_optimizer_desc : "",
       static_cast<double>(ddpc_default_lr),
@@ -931,6 +933,9 @@ int run(int argc, char **argv) {
   std::vector<void *> normArgs(P + 2);
   Aligned gradNormOut(sizeof(float), kHost);
 
+  // Steps applied under --nan-policy ignore whose loss or gradient norm
+  // was not finite.
+  int64_t appliedNonFinite = 0;
   // Checkpoints and --save never hold non-finite weights, whatever
   // --nan-policy says: the job ends instead, naming the tensor.
   auto requireFiniteWeights = [&](const std::string &what) {
@@ -940,12 +945,19 @@ int run(int argc, char **argv) {
         const float *v = set.tensors[i].f();
         for (int64_t e = 0; e < infos[i].numel; ++e)
           if (!std::isfinite(v[e]))
-            fatalError(std::string(kind) + " '" + infos[i].name + "' holds " +
-                       (std::isnan(v[e]) ? "nan" : "inf") + " after step " +
-                       std::to_string(pos.globalStep) + ", so " + what +
-                       " is not written (the update overflowed: try a lower "
-                       "--lr; --nan-policy stop ends a run at the first "
-                       "non-finite loss or gradient)");
+            fatalError(
+                std::string(kind) + " '" + infos[i].name + "' holds " +
+                (std::isnan(v[e]) ? "nan" : "inf") + " after step " +
+                std::to_string(pos.globalStep) + ", so " + what +
+                " is not written (" +
+                (appliedNonFinite > 0
+                     ? std::to_string(appliedNonFinite) +
+                           " step(s) with a non-finite loss or gradient "
+                           "were applied under --nan-policy ignore: check "
+                           "the data for nan/inf, or use --nan-policy skip"
+                     : std::string("the update overflowed with a finite "
+                                   "loss and gradient: try a lower --lr")) +
+                ")");
       }
     };
     scan("parameter", params, paramSets[cp]);
@@ -1070,9 +1082,19 @@ int run(int argc, char **argv) {
       setGradientSync(k == K - 1);
       ddpc_train_micro(microArgs.data());
       // A failed run-time check (an index out of range in this rank's
-      // micro-batch) ends the job before the step is applied.
-      if (const char *msg = ddpc_rt_take_error())
-        fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg);
+      // micro-batch) ends the job before the step is applied, naming the
+      // micro-batch's samples (the sampler's order, Sampler.h).
+      if (const char *msg = ddpc_rt_take_error()) {
+        std::vector<int64_t> order =
+            epochOrder(train.n, pos.seed, pos.epoch, pos.shuffle != 0);
+        int64_t begin = sliceBegin(pos.stepInEpoch, k, rank, B, world, K);
+        std::string rows;
+        for (int64_t j = 0; j < B && j < 16; ++j)
+          rows += (j ? ", " : "") + std::to_string(order[begin + j]);
+        fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg +
+                   "; the micro-batch holds samples " + rows +
+                   (B > 16 ? ", ..." : "") + " of " + opt.data);
+      }
       cb = 1 - cb;
       cg = 1 - cg;
       float microLoss = lossOut.f()[0];
@@ -1087,7 +1109,7 @@ int run(int argc, char **argv) {
     const bool checkFinite = opt.nanPolicy != Options::NanPolicy::Ignore;
     float gradNorm = NAN;
     *scaleArg.f() = gradScale;
-    if (checkFinite) {
+    {
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)
         normArgs[a++] = gradSets[cg].tensors[i].ptr;
@@ -1102,7 +1124,7 @@ int run(int argc, char **argv) {
     std::vector<double> stats(3 + world, 0.0);
     stats[0] = local[0];
     stats[1] = local[1];
-    stats[2] = checkFinite && !std::isfinite(gradNorm) ? 1 : 0;
+    stats[2] = !std::isfinite(gradNorm) ? 1 : 0;
     stats[3 + rank] = lossNaN ? 1 : lossInf ? 2 : 0;
     allreduceSum(stats.data(), static_cast<int64_t>(stats.size()),
                  "allreduce of the step loss");
@@ -1110,6 +1132,8 @@ int run(int argc, char **argv) {
     local[1] = stats[1];
     ++pos.globalStep;
     bool skipped = false;
+    if (!checkFinite && (stats[2] > 0 || !std::isfinite(stats[0])))
+      ++appliedNonFinite; // --nan-policy ignore
     if (checkFinite) {
       std::vector<int> nanRanks, infRanks;
       for (int r = 0; r < world; ++r)
@@ -1207,8 +1231,8 @@ int run(int argc, char **argv) {
             static_cast<long long>(pos.globalStep),
             static_cast<long long>(pos.epoch + 1), jsonNumber(stepLoss).c_str(),
             jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0).c_str(),
-            jsonNumber(lr).c_str(), checkFinite ? ",\"grad_norm\":" : "",
-            checkFinite ? jsonNumber(gradNorm).c_str() : "",
+            jsonNumber(lr).c_str(),
+            ",\"grad_norm\":", jsonNumber(gradNorm).c_str(),
             skipped ? ",\"skipped\":true" : "");
         std::fflush(logFile);
       }
@@ -1275,6 +1299,11 @@ int run(int argc, char **argv) {
 
   if (rank == 0 && tty && !opt.quiet && pos.stepInEpoch != 0)
     std::printf("\n");
+  if (rank == 0 && appliedNonFinite > 0)
+    std::fprintf(stderr,
+                 "warning: %lld step(s) with a non-finite loss or gradient "
+                 "norm were applied (--nan-policy ignore)\n",
+                 static_cast<long long>(appliedNonFinite));
   if (rank == 0 && !opt.quiet && pos.globalStep >= stopAt &&
       pos.epoch < opt.epochs)
     std::printf("stopped after %lld steps (epoch %lld, step %lld of %lld)\n",

@@ -116,9 +116,13 @@ void addSameType(OpRegistry &r, StringRef name, ScalarFn fn,
                                dtypeName(t.dtype) + ")");
         if (floatOnly && !isFloatDType(ins[0].dtype))
           return ctx.unsupported(Twine("dtype ") + dtypeName(ins[0].dtype));
-        if (ins[0].dtype == kBool && resultDType == kUndefined &&
-            opName != "Not" && opName != "And" && opName != "Or" &&
-            opName != "Xor" && opName != "Identity")
+        bool logical = opName == "Not" || opName == "And" || opName == "Or" ||
+                       opName == "Xor";
+        if (logical && ins[0].dtype != kBool)
+          return ctx.invalid(Twine("takes bool inputs, got ") +
+                             dtypeName(ins[0].dtype));
+        if (ins[0].dtype == kBool && resultDType == kUndefined && !logical &&
+            opName != "Identity")
           return ctx.unsupported("bool inputs");
         if (variadic && ins.size() == 1) {
           ctx.setOutput(0, ins[0]);

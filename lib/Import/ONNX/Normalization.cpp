@@ -92,6 +92,27 @@ Value channelParam(OpBuilder &b, Location l, Value p, int64_t rank) {
   return buildReshape(b, l, p, s);
 }
 
+/// Checks that input `i` is a [C] tensor of x's dtype (C = x's dim 1):
+/// BatchNormalization's and InstanceNormalization's per-channel inputs.
+/// Another dtype is invalid for InstanceNormalization (one type T) and not
+/// supported by training-mode BatchNormalization (its T1/T2 may differ).
+LogicalResult checkPerChannel(NodeContext &ctx, int i, const TValue &x) {
+  TValue p = ctx.input(i);
+  if (p.rank() != 1 || p.shape()[0] != x.shape()[1])
+    return ctx.invalid("input #" + Twine(i) + " ('" + ctx.node.input(i) +
+                       "') has shape " + shapeString(p.shape()) +
+                       "; it must be [C] = [" + Twine(x.shape()[1]) + "]");
+  if (p.dtype != x.dtype) {
+    std::string why = "input #" + std::to_string(i) + " ('" +
+                      ctx.node.input(i) + "') is " + dtypeName(p.dtype) +
+                      ", X is " + dtypeName(x.dtype);
+    return ctx.node.op_type() == "BatchNormalization"
+               ? ctx.unsupported(why + " (mixed dtypes in training mode)")
+               : ctx.invalid(why);
+  }
+  return success();
+}
+
 LogicalResult importBatchNormTraining(NodeContext &ctx);
 
 LogicalResult importBatchNorm(NodeContext &ctx) {
@@ -271,6 +292,9 @@ LogicalResult importBatchNormTraining(NodeContext &ctx) {
   int64_t rank = x.rank();
   if (rank < 2)
     return ctx.invalid("input must have rank >= 2");
+  for (int i = 1; i <= 4; ++i)
+    if (failed(checkPerChannel(ctx, i, x)))
+      return failure();
   SmallVector<int64_t> axes{0};
   for (int64_t d = 2; d < rank; ++d)
     axes.push_back(d);
@@ -363,6 +387,9 @@ LogicalResult importInstanceNorm(NodeContext &ctx) {
   int64_t rank = x.rank();
   if (rank < 3)
     return ctx.invalid("input must have rank >= 3");
+  for (int i = 1; i <= 2; ++i)
+    if (failed(checkPerChannel(ctx, i, x)))
+      return failure();
   SmallVector<int64_t> axes;
   for (int64_t d = 2; d < rank; ++d)
     axes.push_back(d);
