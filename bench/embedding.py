@@ -5,7 +5,7 @@
   ranks (bench/embedding_torch.py) from the same weights, batches and SGD;
   the largest weight difference after 20 steps.
 - Index-check cost: the same embedding models compiled with and without
-  the run-time index check (--no-index-checks), inference and training step
+  the run-time index check (--no-runtime-checks), inference and training step
   times in one run, 1 thread, CPU 0.
 
 Used by run_bench.py (run(), markdown()); needs only numpy, onnx and the
@@ -109,7 +109,7 @@ def check_cost(ctx, work):
         times = {}
         for checked in (True, False):
             prog = d / ("checked" if checked else "unchecked")
-            flags = [] if checked else ["--no-index-checks"]
+            flags = [] if checked else ["--no-runtime-checks"]
             if kind == "training":
                 flags += ["--train", "--optimizer", "sgd", "--lr", 0.1]
             res = ctx.run([ctx.ddpc, "compile", d / "m.onnx", "--batch-size", batch, *flags,
@@ -175,7 +175,7 @@ def markdown(report, fmt):
                      f"{'ok (≤ 1e-4)' if row['ok'] else 'MISMATCH'} |")
     lines += ["", "## Cost of the run-time index check (issue 17)", "",
               "The same token classifier (Gather on a [vocab, dim] table, mean over "
-              "tokens, Gemm) compiled with the check and with `--no-index-checks`; "
+              "tokens, Gemm) compiled with the check and with `--no-runtime-checks`; "
               "inference: median of 50 runs; training: median step (SGD) after 5 "
               "warm-up steps; 1 thread on CPU 0.", "",
               "| program | batch × tokens | vocab × dim | checked ms | unchecked ms | ratio |",

@@ -34,6 +34,13 @@ std::string indexRangeError(int64_t min, int64_t max, int64_t bound,
          std::to_string(-bound) + ".." + std::to_string(bound - 1);
 }
 
+std::string countError(int64_t count, const char *what) {
+  if (count == 0)
+    return "";
+  return std::string(what ? what : "a run-time check failed") + " (" +
+         std::to_string(count) + (count == 1 ? " element)" : " elements)");
+}
+
 } // namespace runtime
 } // namespace ddpc
 

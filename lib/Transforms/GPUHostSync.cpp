@@ -30,6 +30,7 @@ bool isDeviceWork(Operation *op) {
            call.getCallee() == kConvFn || call.getCallee() == kConvEpilogueFn ||
            call.getCallee() == kAllReduceFn ||
            call.getCallee() == kIndexCheckFn ||
+           call.getCallee() == kCountCheckFn ||
            llvm::is_contained(kBucketFns, call.getCallee());
   return false;
 }

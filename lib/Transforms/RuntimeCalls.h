@@ -41,6 +41,7 @@ constexpr llvm::StringLiteral kSyncFn = "ddpc_gpu_host_sync";
 /// runtime copies the checked values on the compute stream), so it needs
 /// no host synchronization before it.
 constexpr llvm::StringLiteral kIndexCheckFn = "ddpc_rt_check_indices";
+constexpr llvm::StringLiteral kCountCheckFn = "ddpc_rt_check_count";
 
 /// Gradient buckets (ddpc-bucket-gradient-allreduce, TrainABI.h): NCCL on
 /// the communication stream on the GPU, ordered with events against the

@@ -215,7 +215,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "verbose": False,  # progress lines on stderr
     "vjp": False,  # compile the vector-Jacobian product (CLI: --vjp)
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
-    "index_checks": True,  # run-time check of Gather indices (CLI: --no-index-checks)
+    "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
 }
 
 
@@ -264,7 +264,7 @@ class _Request:
             verbose=bool(o["verbose"]),
             vjp=bool(o["vjp"]),
             cuda_arch=o["cuda_arch"] or "",
-            index_checks=bool(o["index_checks"]),
+            runtime_checks=bool(o["runtime_checks"]),
         )
         if status != mod.COMPILE_OK:
             raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)
@@ -358,9 +358,10 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             ``runtime_lib_dir``, ``model_dir`` (external data folder for
             bytes/ModelProto input), ``dump_ir`` (folder), ``verbose``,
             ``cuda_arch`` (``target="cuda"`` only: ``"sm_80,sm_90"``),
-            ``index_checks`` (True: an out-of-range Gather index raises
-            IndexError in :meth:`Program.run` and ends a compiled program;
-            False: it reads the nearest valid row).
+            ``runtime_checks`` (True: an out-of-range Gather index or an
+            integer division by zero raises IndexError / ZeroDivisionError
+            in :meth:`Program.run` and ends a compiled program; False: the
+            index reads the nearest valid row, the divisor becomes 1).
 
     Returns:
         A :class:`Program`.

@@ -106,8 +106,9 @@ class _SharedModel:
         ]
 
     def invoke(self, buffers: Sequence[np.ndarray]) -> None:
-        """Runs the model; raises IndexError when a run-time check failed
-        (an index out of range: the message names the node and the index)."""
+        """Runs the model; raises IndexError (an index out of range) or
+        ZeroDivisionError (an integer division by zero) when a run-time
+        check of compiled code failed; the message names the node."""
         args = (ctypes.c_void_p * max(len(buffers), 1))(
             *[b.ctypes.data for b in buffers]
         )
@@ -115,7 +116,10 @@ class _SharedModel:
         if self._take_error is not None:
             message = self._take_error()
             if message:
-                raise IndexError(message.decode())
+                text = message.decode("utf-8", "replace")
+                if text.startswith("integer division by zero"):
+                    raise ZeroDivisionError(text)
+                raise IndexError(text)
 
 
 class Program:
@@ -303,7 +307,8 @@ class Program:
             IndexError: an index input (Gather's indices) holds a value
                 outside [-size, size) of the axis it indexes; the message
                 names the node, the index and the valid range (compile
-                with ``index_checks=False`` to clamp instead).
+                with ``runtime_checks=False`` to clamp instead).
+            ZeroDivisionError: an integer Div divides by zero.
             RuntimeError: when called on a training program or a
                 ``target="cuda"`` program (GPU executables only).
             CompileError: when code generation or linking fails.

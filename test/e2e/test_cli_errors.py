@@ -3,10 +3,14 @@ code, and no output file (nothing half-written)."""
 import os
 import subprocess
 
+import pathlib
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def compile_model(ddpc, model_path, out_path, *extra):
@@ -510,3 +514,65 @@ def test_inputs_the_schema_refuses_are_one_line(ddpc, tmp_path, case):
     proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
     assert "(node 'n'" in proc.stderr
+
+
+def shape_model(nodes, inputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def overflow_initializer():
+    t = TensorProto()
+    t.name, t.data_type = "w", TensorProto.FLOAT
+    t.dims.extend([6148914691236517206, 3])
+    t.raw_data = np.array([1, 2], np.float32).tobytes()
+    return t
+
+
+BAD_SHAPES = {
+    # 6148914691236517206 * 3 wraps to 2 in int64: the reshape passed its
+    # element-count check and a later Gather read past the 2-element buffer.
+    "reshape-overflow": (
+        [helper.make_node("Reshape", ["x", "s"], ["r"]),
+         helper.make_node("Gather", ["r", "i"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+        [numpy_helper.from_array(np.array([6148914691236517206, 3], np.int64), "s")],
+        "has more elements than int64 can count"),
+    "initializer-overflow": (  # aborted the compiler (SmallVector unable to grow)
+        [helper.make_node("Gather", ["w", "i"], ["y"])],
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+        [overflow_initializer()], "more than 2^40 elements"),
+    "negative-pads": (  # an internal error in bufferization
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[-1, -1, -1, -1])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])], [],
+        "pads [-1,-1,-1,-1] has a negative entry"),
+    "expand-negative": (  # an IR verifier failure
+        [helper.make_node("Expand", ["x", "s"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array([-3], np.int64), "s")],
+        "shape [-3] has a negative dimension"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SHAPES))
+def test_malformed_shapes_are_one_line(ddpc, tmp_path, case):
+    nodes, inputs, inits, needle = BAD_SHAPES[case]
+    onnx.save(shape_model(nodes, inputs, inits), tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+
+
+def test_names_that_are_not_utf8_give_printable_errors(tmp_path):
+    """Op types and node names are arbitrary bytes in a model; errors name
+    them with \\xNN escapes (Python raised UnicodeDecodeError instead of
+    CompileError)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "build" / "python"))
+    import ddpc as ddpc_py
+    m = shape_model([helper.make_node("Relu", ["x"], ["y"])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])])
+    raw = m.SerializeToString().replace(b"Relu", b"\x8fdd\xff")
+    with pytest.raises(ddpc_py.CompileError, match=r"unsupported op '\\x8fdd\\xff'"):
+        ddpc_py.compile(raw, onnx_checker=False)

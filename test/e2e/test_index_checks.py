@@ -8,7 +8,7 @@ read, records the violation, and the caller reports it after the step
 function returns: `Program.run` raises IndexError, a compiled program ends
 with one line naming the node, the index and the valid range (and, in
 training, the rank and the step) and writes nothing. Constant indices are
-checked at compile time. `--no-index-checks` clamps without the check.
+checked at compile time. `--no-runtime-checks` clamps without the check.
 """
 import os
 import pathlib
@@ -80,9 +80,9 @@ def test_out_of_range_index_raises(bad, axis, size, dtype, target):
 
 
 def test_unchecked_indices_are_clamped():
-    """index_checks=False (--no-index-checks): no error, and an index out of
+    """runtime_checks=False (--no-runtime-checks): no error, and an index out of
     range reads the nearest valid row, never memory past the table."""
-    prog = ddpc_py.compile(gather_model(), onnx_checker=False, index_checks=False)
+    prog = ddpc_py.compile(gather_model(), onnx_checker=False, runtime_checks=False)
     ids = np.array([[0, 7, -1], [-9, 10 ** 12, 3]])
     got = prog.run({"ids": ids})["y"]
     np.testing.assert_array_equal(got, TABLE[[[0, 4, 4], [0, 4, 3]]])
@@ -173,3 +173,107 @@ def test_every_index_input_of_every_op_is_checked():
              for f in onnx.defs.get_schema(op).inputs if f.name.endswith("indices")}
     assert found, "no index input at all: the enumeration is broken"
     assert found <= set(CHECKED_INDEX_INPUTS), sorted(found - set(CHECKED_INDEX_INPUTS))
+
+
+# Integer division: a zero divisor (or INT_MIN / -1) trapped with SIGFPE,
+# in a compiled program and in Python's process; onnxruntime refuses it
+# ("Integer division by zero"). It is now a run-time check like the index
+# check: ZeroDivisionError in Program.run, one line and exit 1 in programs.
+
+def div_model(dtype, opset=14):
+    g = helper.make_graph([helper.make_node("Div", ["x", "e"], ["y"], name="dv")], "g",
+                          [helper.make_tensor_value_info("x", dtype, [3]),
+                           helper.make_tensor_value_info("e", dtype, [3])],
+                          [helper.make_tensor_value_info("y", dtype, [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize("np_dtype,dtype", [(np.int32, TensorProto.INT32),
+                                            (np.int64, TensorProto.INT64),
+                                            (np.uint8, TensorProto.UINT8)])
+def test_integer_division_by_zero_raises(target, np_dtype, dtype):
+    m = div_model(dtype)
+    prog = ddpc_py.compile(m, onnx_checker=False, target=target)
+    good = {"x": np.array([7, 8, 9], np_dtype), "e": np.array([2, 3, 4], np_dtype)}
+    np.testing.assert_array_equal(prog.run(good)["y"], ort.InferenceSession(
+        m.SerializeToString()).run(None, good)[0])
+    bad = {"x": np.array([7, 8, 9], np_dtype), "e": np.array([2, 0, 0], np_dtype)}
+    with pytest.raises(Exception):
+        ort.InferenceSession(m.SerializeToString()).run(None, bad)
+    with pytest.raises(ZeroDivisionError, match=r"integer division by zero .*in Div node "
+                                                r"'dv' \(2 elements\)"):
+        prog.run(bad)
+    if np_dtype != np.uint8:  # INT_MIN / -1 overflows
+        lo = {"x": np.array([np.iinfo(np_dtype).min, 1, 1], np_dtype),
+              "e": np.array([-1, 1, 1], np_dtype)}
+        with pytest.raises(ZeroDivisionError):
+            prog.run(lo)
+    np.testing.assert_array_equal(prog.run(good)["y"], [3, 2, 2])
+
+
+def test_integer_division_by_zero_in_a_program(ddpc, tmp_path):
+    onnx.save(div_model(TensorProto.INT32), tmp_path / "m.onnx")
+    subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "prog")],
+                   check=True)
+    np.save(tmp_path / "x.npy", np.array([5, 6, 7], np.int32))
+    np.save(tmp_path / "e.npy", np.array([1, 0, 1], np.int32))
+    proc = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
+                           "--input", f"e={tmp_path / 'e.npy'}", "--output-dir",
+                           str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: integer division by zero (or INT_MIN / -1) in Div node 'dv' (1 element)"]
+
+
+@pytest.mark.parametrize("a,b,np_dtype,dtype", [
+    (3000000000, 2, np.uint32, TensorProto.UINT32),
+    (2 ** 63 + 2, 2, np.uint64, TensorProto.UINT64),
+    (-7, 2, np.int64, TensorProto.INT64)])
+def test_constant_integer_division_folds_like_onnxruntime(a, b, np_dtype, dtype):
+    """Division of constants folds at import with the dtype's signedness
+    (uint32 3000000000 / 2 gave 3647483648: a signed division)."""
+    inits = [numpy_helper.from_array(np.array([a], np_dtype), "a"),
+             numpy_helper.from_array(np.array([b], np_dtype), "b")]
+    g = helper.make_graph([helper.make_node("Div", ["a", "b"], ["q"]),
+                           helper.make_node("Add", ["x", "q"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", dtype, [1])],
+                          [helper.make_tensor_value_info("y", dtype, [1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    x = {"x": np.array([0], np_dtype)}
+    np.testing.assert_array_equal(ddpc_py.compile(m, onnx_checker=False).run(x)["y"],
+                                  ort.InferenceSession(m.SerializeToString()).run(None, x)[0])
+
+
+def test_constant_int_min_divided_by_minus_one_is_a_run_time_error():
+    """INT64_MIN / -1 of constants killed the compiler (SIGFPE while
+    folding); it is left to the run-time check."""
+    inits = [numpy_helper.from_array(np.array([-2 ** 63], np.int64), "a"),
+             numpy_helper.from_array(np.array([-1], np.int64), "b")]
+    g = helper.make_graph([helper.make_node("Div", ["a", "b"], ["q"]),
+                           helper.make_node("Add", ["x", "q"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    prog = ddpc_py.compile(m, onnx_checker=False)
+    with pytest.raises(ZeroDivisionError):
+        prog.run({"x": np.array([0], np.int64)})
+
+
+def test_empty_table_is_a_compile_error(ddpc, tmp_path):
+    """A zero-row table has no valid index; the clamp to [0, size - 1] read
+    row -1 on cuda-emulate (SIGSEGV)."""
+    g = helper.make_graph([helper.make_node("Gather", ["t", "i"], ["y"], name="g")], "g",
+                          [helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                          [numpy_helper.from_array(np.zeros((0, 4), np.float32), "t")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              tmp_path / "m.onnx")
+    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--no-onnx-checker",
+                           "--target", "cuda-emulate", "-o", str(tmp_path / "p")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "axis 0 of 't' has size 0: no index into it is valid" in proc.stderr

@@ -127,11 +127,12 @@ static cl::opt<bool> noChecker(
     "no-onnx-checker",
     cl::desc("Skip the ONNX library's checker (IR <= 8, opset <= 17 only)"),
     cl::sub(compileCmd), cl::cat(category));
-static cl::opt<bool> noIndexChecks(
-    "no-index-checks",
-    cl::desc("Skip the run-time check of index inputs (Gather's indices); "
-             "an out-of-range index then reads the nearest valid row "
-             "instead of ending the program with an error"),
+static cl::opt<bool> noRuntimeChecks(
+    "no-runtime-checks",
+    cl::desc("Skip the run-time checks of compiled code: index inputs "
+             "(Gather's indices; an out-of-range index then reads the "
+             "nearest valid row) and integer division by zero (then "
+             "divided by 1), which otherwise end the program with an error"),
     cl::sub(compileCmd), cl::cat(category));
 static cl::opt<std::string>
     runtimeDir("runtime-dir",
@@ -440,7 +441,7 @@ int main(int argc, char **argv) {
     options.import.batchSize = batchSize;
   }
   options.import.runChecker = !noChecker;
-  options.import.indexChecks = !noIndexChecks;
+  options.import.runtimeChecks = !noRuntimeChecks;
   if (dumpIR.getNumOccurrences() && dumpIR.empty()) {
     errs() << "error: --dump-ir needs a folder name\n";
     return 1;

@@ -82,6 +82,12 @@ void ddpc_invoke(void **args);
 void ddpc_rt_check_indices(const int64_t *min, const int64_t *max,
                            int64_t bound, const char *what);
 
+/// Called by compiled code for a check that counts bad elements (an
+/// integer division by zero): `count` points at an int64 scalar in the
+/// step's memory; a nonzero count is recorded with `what` (the node and
+/// the problem), read and reported like ddpc_rt_check_indices.
+void ddpc_rt_check_count(const int64_t *count, const char *what);
+
 /// The message of the first failed check since the last call (a pointer
 /// valid until the next call), or NULL; clears it. Program.run calls it
 /// after ddpc_invoke and raises IndexError.

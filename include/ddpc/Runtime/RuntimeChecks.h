@@ -33,6 +33,10 @@ void recordRuntimeError(const std::string &message);
 std::string indexRangeError(int64_t min, int64_t max, int64_t bound,
                             const char *what);
 
+/// The message of a count check (ddpc_rt_check_count), or "" for 0:
+/// "<what> (3 elements)".
+std::string countError(int64_t count, const char *what);
+
 } // namespace runtime
 } // namespace ddpc
 

@@ -19,6 +19,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 #include <limits>
@@ -95,6 +96,14 @@ int64_t numElements(ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
+  return n;
+}
+
+std::optional<int64_t> checkedNumElements(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || llvm::MulOverflow(n, d, n) || n > kMaxTensorElements)
+      return std::nullopt;
   return n;
 }
 
@@ -367,57 +376,84 @@ Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
   return buildReshape(b, loc, call.getResult(0), t.getShape());
 }
 
-void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
-                     StringRef what) {
-  MLIRContext *ctx = b.getContext();
-  auto module =
-      b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+namespace {
+
+/// The private helper `name(tensor<i64> x numTensors, i64 x numInts, ptr)`
+/// (created on first use) whose body passes the tensors' addresses, the
+/// integers and the pointer to the runtime function `runtime` (ModelABI.h):
+/// tensors stay values at the call site, and bufferization gives the
+/// runtime their buffers.
+void getOrCreateCheckHelper(ModuleOp module, Location loc, StringRef name,
+                            StringRef runtime, unsigned numTensors,
+                            unsigned numInts) {
+  if (module.lookupSymbol<func::FuncOp>(name))
+    return;
+  MLIRContext *ctx = module.getContext();
+  OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
   auto ptrType = LLVM::LLVMPointerType::get(ctx);
-  Type i64 = b.getI64Type();
-  auto scalar = RankedTensorType::get({}, i64);
-  constexpr StringLiteral kHelper = "ddpc_check_indices";
-  constexpr StringLiteral kRuntime = "ddpc_rt_check_indices";
-  if (!module.lookupSymbol<func::FuncOp>(kHelper)) {
-    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
-    if (!module.lookupSymbol<func::FuncOp>(kRuntime))
-      func::FuncOp::create(
-          mb, loc, kRuntime,
-          mb.getFunctionType({ptrType, ptrType, i64, ptrType}, {}))
-          .setPrivate();
-    auto fn = func::FuncOp::create(
-        mb, loc, kHelper,
-        mb.getFunctionType({scalar, scalar, i64, ptrType}, {}));
-    fn.setPrivate();
-    Block *entry = fn.addEntryBlock();
-    OpBuilder fb = OpBuilder::atBlockBegin(entry);
-    auto mt = MemRefType::get({}, i64);
-    SmallVector<Value> args;
-    for (unsigned i = 0; i < 2; ++i) {
-      Value buf = bufferization::ToBufferOp::create(
-          fb, loc, mt, entry->getArgument(i), /*read_only=*/true);
-      Value addr = memref::ExtractAlignedPointerAsIndexOp::create(fb, loc, buf);
-      Value addr64 = arith::IndexCastOp::create(fb, loc, i64, addr);
-      args.push_back(LLVM::IntToPtrOp::create(fb, loc, ptrType, addr64));
-    }
-    args.push_back(entry->getArgument(2));
-    args.push_back(entry->getArgument(3));
-    func::CallOp::create(fb, loc, kRuntime, TypeRange{}, args);
-    func::ReturnOp::create(fb, loc);
+  Type i64 = mb.getI64Type();
+  SmallVector<Type> rtArgs(numTensors, ptrType),
+      helperArgs(numTensors, RankedTensorType::get({}, i64));
+  rtArgs.append(numInts, i64);
+  rtArgs.push_back(ptrType);
+  helperArgs.append(numInts, i64);
+  helperArgs.push_back(ptrType);
+  if (!module.lookupSymbol<func::FuncOp>(runtime))
+    func::FuncOp::create(mb, loc, runtime, mb.getFunctionType(rtArgs, {}))
+        .setPrivate();
+  auto fn =
+      func::FuncOp::create(mb, loc, name, mb.getFunctionType(helperArgs, {}));
+  fn.setPrivate();
+  Block *entry = fn.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockBegin(entry);
+  auto mt = MemRefType::get({}, i64);
+  SmallVector<Value> args;
+  for (unsigned i = 0; i < numTensors; ++i) {
+    Value buf = bufferization::ToBufferOp::create(
+        fb, loc, mt, entry->getArgument(i), /*read_only=*/true);
+    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(fb, loc, buf);
+    Value addr64 = arith::IndexCastOp::create(fb, loc, i64, addr);
+    args.push_back(LLVM::IntToPtrOp::create(fb, loc, ptrType, addr64));
   }
-  // The description, once per distinct text.
-  std::string text = what.str();
+  for (unsigned i = numTensors; i < entry->getNumArguments(); ++i)
+    args.push_back(entry->getArgument(i));
+  func::CallOp::create(fb, loc, runtime, TypeRange{}, args);
+  func::ReturnOp::create(fb, loc);
+}
+
+/// The address of a NUL-terminated global holding `text` (one global per
+/// distinct text, named by its hash, so two imports of a graph agree).
+Value stringAddress(OpBuilder &b, Location loc, ModuleOp module,
+                    StringRef text) {
   std::string symbol =
       "__ddpc_check_" + llvm::utohexstr(llvm::hash_value(text), true);
   auto global = module.lookupSymbol<LLVM::GlobalOp>(symbol);
   if (!global) {
     OpBuilder mb = OpBuilder::atBlockEnd(module.getBody());
-    std::string bytes = text + '\0';
-    auto type =
-        LLVM::LLVMArrayType::get(IntegerType::get(ctx, 8), bytes.size());
+    std::string bytes = text.str() + '\0';
+    auto type = LLVM::LLVMArrayType::get(IntegerType::get(b.getContext(), 8),
+                                         bytes.size());
     global = LLVM::GlobalOp::create(mb, loc, type, /*isConstant=*/true,
                                     LLVM::Linkage::Internal, symbol,
                                     mb.getStringAttr(bytes));
   }
+  return LLVM::AddressOfOp::create(b, loc, global);
+}
+
+ModuleOp enclosingModule(OpBuilder &b) {
+  return b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+}
+
+} // namespace
+
+void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
+                     StringRef what) {
+  MLIRContext *ctx = b.getContext();
+  ModuleOp module = enclosingModule(b);
+  Type i64 = b.getI64Type();
+  auto scalar = RankedTensorType::get({}, i64);
+  getOrCreateCheckHelper(module, loc, "ddpc_check_indices",
+                         "ddpc_rt_check_indices", 2, 1);
   // min and max over all elements, as i64.
   auto type = cast<RankedTensorType>(indices.getType());
   unsigned rank = type.getRank();
@@ -445,12 +481,41 @@ void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
             ValueRange{arith::MinSIOp::create(nb, l, a[1], v).getResult(),
                        arith::MaxSIOp::create(nb, l, a[2], v).getResult()});
       });
-  Value what64 = LLVM::AddressOfOp::create(b, loc, global);
+  Value what64 = stringAddress(b, loc, module, what);
   Value boundV = arith::ConstantIntOp::create(b, loc, i64, bound);
   auto call = func::CallOp::create(
-      b, loc, kHelper, TypeRange{},
+      b, loc, "ddpc_check_indices", TypeRange{},
       ValueRange{range.getResult(0), range.getResult(1), boundV, what64});
   call->setAttr("ddpc.index_check", b.getUnitAttr());
+}
+
+void buildCountCheck(OpBuilder &b, Location loc, Value bad, StringRef what) {
+  MLIRContext *ctx = b.getContext();
+  ModuleOp module = enclosingModule(b);
+  Type i64 = b.getI64Type();
+  auto scalar = RankedTensorType::get({}, i64);
+  getOrCreateCheckHelper(module, loc, "ddpc_check_count", "ddpc_rt_check_count",
+                         1, 0);
+  auto type = cast<RankedTensorType>(bad.getType());
+  unsigned rank = type.getRank();
+  Value e = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, i64);
+  Value zero = arith::ConstantIntOp::create(b, loc, i64, 0);
+  Value init = linalg::FillOp::create(b, loc, zero, e).getResult(0);
+  AffineMap in = AffineMap::getMultiDimIdentityMap(rank, ctx);
+  AffineMap out = AffineMap::get(rank, 0, {}, ctx);
+  auto count = linalg::GenericOp::create(
+      b, loc, TypeRange{scalar}, ValueRange{bad}, ValueRange{init},
+      ArrayRef<AffineMap>{in, out},
+      SmallVector<utils::IteratorType>(rank, utils::IteratorType::reduction),
+      [&](OpBuilder &nb, Location l, ValueRange a) {
+        Value one = arith::ExtUIOp::create(nb, l, i64, a[0]);
+        linalg::YieldOp::create(
+            nb, l, arith::AddIOp::create(nb, l, a[1], one).getResult());
+      });
+  auto call = func::CallOp::create(
+      b, loc, "ddpc_check_count", TypeRange{},
+      ValueRange{count.getResult(0), stringAddress(b, loc, module, what)});
+  call->setAttr("ddpc.runtime_check", b.getUnitAttr());
 }
 
 } // namespace ddpc

@@ -77,6 +77,10 @@ LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
         return ctx.invalid("pads has the wrong length");
       w.padBegin[i] = pads[i];
       w.padEnd[i] = pads[i + k];
+      // Negative pads would crop (onnxruntime refuses them too).
+      if (w.padBegin[i] < 0 || w.padEnd[i] < 0)
+        return ctx.invalid("pads " + shapeString(pads) +
+                           " has a negative entry");
     }
     int64_t span = in + w.padBegin[i] + w.padEnd[i] - ext;
     if (span < 0)

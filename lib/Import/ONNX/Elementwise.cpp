@@ -28,20 +28,71 @@ using ScalarFn = std::function<Value(OpBuilder &, Location, ValueRange,
 bool isF(Value v) { return isa<FloatType>(v.getType()); }
 
 /// Host-side evaluation of an integer binary op for constant shape tensors.
-std::optional<int64_t> foldIntBinary(StringRef op, int64_t a, int64_t b) {
+/// `a op b` on the host, as the compiled op computes it: wrapping add, sub
+/// and mul, signed or unsigned max/min and division. None for a division
+/// the run-time check refuses (by zero, INT_MIN / -1), which then stays in
+/// the program.
+std::optional<APInt> foldIntBinary(StringRef op, const APInt &a, const APInt &b,
+                                   bool isUnsigned) {
   if (op == "Add")
     return a + b;
   if (op == "Sub")
     return a - b;
   if (op == "Mul")
     return a * b;
-  if (op == "Div")
-    return b == 0 ? std::optional<int64_t>() : a / b;
+  if (op == "Div") {
+    if (b.isZero() || (!isUnsigned && a.isMinSignedValue() && b.isAllOnes()))
+      return std::nullopt;
+    return isUnsigned ? a.udiv(b) : a.sdiv(b);
+  }
+  bool less = isUnsigned ? a.ult(b) : a.slt(b);
   if (op == "Max")
-    return std::max(a, b);
+    return less ? b : a;
   if (op == "Min")
-    return std::min(a, b);
+    return less ? a : b;
   return std::nullopt;
+}
+
+/// i1: the integer division a / b traps (b == 0, or INT_MIN / -1 signed).
+Value integerDivisionTraps(OpBuilder &b, Location l, Value x, Value y,
+                           bool isUnsigned) {
+  Type t = y.getType();
+  auto eq = [&](Value v, Value w) {
+    return arith::CmpIOp::create(b, l, arith::CmpIPredicate::eq, v, w);
+  };
+  Value bad = eq(y, scalarConst(b, l, t, 0));
+  if (!isUnsigned) {
+    unsigned w = t.getIntOrFloatBitWidth();
+    Value minV = arith::ConstantOp::create(
+        b, l, IntegerAttr::get(t, APInt::getSignedMinValue(w)));
+    Value minusOne = arith::ConstantOp::create(
+        b, l, IntegerAttr::get(t, APInt::getAllOnes(w)));
+    bad = arith::OrIOp::create(
+        b, l, bad, arith::AndIOp::create(b, l, eq(x, minV), eq(y, minusOne)));
+  }
+  return bad;
+}
+
+/// Integer Div: a run-time check that no element divides by zero (or is
+/// INT_MIN / -1), which trapped (SIGFPE); onnxruntime refuses it too.
+void checkIntegerDivision(NodeContext &ctx, const TValue &x, const TValue &y) {
+  auto shape = broadcastShapes({x.shape(), y.shape()});
+  if (failed(shape))
+    return; // importElementwise reports it.
+  bool isUnsigned = isUnsignedDType(x.dtype);
+  Value bad = buildElementwise(
+      ctx.builder(), ctx.loc(), ValueRange{x.value, y.value}, *shape,
+      ctx.builder().getI1Type(),
+      [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        return integerDivisionTraps(b, l, a[0], a[1], isUnsigned);
+      });
+  std::string node = ctx.node.name();
+  if (auto name = dyn_cast<NameLoc>(ctx.loc()))
+    node = name.getName().str();
+  buildCountCheck(ctx.builder(), ctx.loc(), bad,
+                  printableText("integer division by zero (or INT_MIN / -1) "
+                                "in Div node '" +
+                                node + "'"));
 }
 
 LogicalResult tryFoldIntBinary(NodeContext &ctx) {
@@ -53,16 +104,16 @@ LogicalResult tryFoldIntBinary(NodeContext &ctx) {
   if (!isa<IntegerType>(at.getElementType()) || at != bt ||
       at.getElementTypeBitWidth() < 32 || at.getNumElements() > 64)
     return failure();
+  int32_t dtype = ctx.importer.constants[ctx.node.input(0)].second;
   SmallVector<APInt> out;
   auto av = a.getValues<APInt>(), bv = b.getValues<APInt>();
   for (int64_t i = 0; i < at.getNumElements(); ++i) {
-    auto r = foldIntBinary(ctx.node.op_type(), av[i].getSExtValue(),
-                           bv[i].getSExtValue());
+    auto r =
+        foldIntBinary(ctx.node.op_type(), av[i], bv[i], isUnsignedDType(dtype));
     if (!r)
       return failure();
-    out.push_back(APInt(at.getElementTypeBitWidth(), *r, /*isSigned=*/true));
+    out.push_back(*r);
   }
-  int32_t dtype = ctx.importer.constants[ctx.node.input(0)].second;
   return ctx.setConstOutput(0, DenseElementsAttr::get(at, out), dtype);
 }
 
@@ -128,6 +179,9 @@ void addSameType(OpRegistry &r, StringRef name, ScalarFn fn,
           ctx.setOutput(0, ins[0]);
           return success();
         }
+        if (opName == "Div" && !isFloatDType(ins[0].dtype) &&
+            ctx.importer.options.runtimeChecks)
+          checkIntegerDivision(ctx, ins[0], ins[1]);
         if (variadic && ins.size() > 2) {
           // Fold pairwise: ((a op b) op c) ...
           TValue acc = ins[0];
@@ -386,9 +440,14 @@ void registerElementwiseOps(OpRegistry &r) {
   addSameType(r, "Div", [](B &b, L l, V a, int32_t d, NodeContext &) -> Value {
     if (isF(a[0]))
       return arith::DivFOp::create(b, l, a[0], a[1]);
+    // A divisor the run-time check refuses (integerDivisionTraps) is
+    // replaced by 1, so the division never traps before the report.
+    Value divisor = arith::SelectOp::create(
+        b, l, integerDivisionTraps(b, l, a[0], a[1], isUnsignedDType(d)),
+        scalarConst(b, l, a[1].getType(), 1), a[1]);
     if (isUnsignedDType(d))
-      return arith::DivUIOp::create(b, l, a[0], a[1]);
-    return arith::DivSIOp::create(b, l, a[0], a[1]);
+      return arith::DivUIOp::create(b, l, a[0], divisor);
+    return arith::DivSIOp::create(b, l, a[0], divisor);
   });
   auto sumFn = [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
     return isF(a[0]) ? arith::AddFOp::create(b, l, a[0], a[1]).getResult()

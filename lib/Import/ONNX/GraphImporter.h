@@ -80,6 +80,17 @@ public:
   const onnx::NodeProto &node;
   /// Opset version of the node's domain.
   int64_t opset;
+  /// float16/bfloat16 computed in float32 (promoteHalfPrecision): the
+  /// half dtype of the node, kUndefined when the node is not promoted.
+  int32_t halfDType = kUndefined;
+
+  /// Ops that accumulate (sums, contractions, normalizations) compute in
+  /// float32 when their inputs are float16 or bfloat16, as onnxruntime's
+  /// and PyTorch's kernels do: a float16 sum of 4096 ones stopped at 2048.
+  /// From here on input() casts half inputs to float32 and setOutput()
+  /// casts float32 outputs back (LayerNormalization's Mean and InvStdDev
+  /// stay float32, its stash_type).
+  void promoteHalfPrecision(int32_t dtype) { halfDType = dtype; }
 
   mlir::OpBuilder &builder();
   mlir::Location loc();
@@ -239,6 +250,10 @@ mlir::Value castScalar(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
 using ddpc::broadcastsTo;
 using ddpc::normalizeAxis;
 using ddpc::numElements;
+
+/// `text` with every byte that is not printable UTF-8 (invalid sequences,
+/// control characters) written as \xNN: messages are one line of text.
+std::string printableText(llvm::StringRef text);
 
 /// "[2,3]" (messages).
 inline std::string shapeString(llvm::ArrayRef<int64_t> shape) {

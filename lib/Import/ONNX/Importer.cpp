@@ -20,7 +20,9 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -69,9 +71,17 @@ TValue NodeContext::input(int i) {
   }
   const std::string &name = node.input(i);
   auto it = importer.values.find(name);
-  if (it != importer.values.end())
-    return it->second;
-  return importer.materialize(name);
+  TValue v =
+      it != importer.values.end() ? it->second : importer.materialize(name);
+  if (halfDType == kUndefined || (v.dtype != kFloat16 && v.dtype != kBFloat16))
+    return v;
+  Type f32 = builder().getF32Type();
+  Value wide =
+      buildElementwise(builder(), loc(), v.value, v.shape(), f32,
+                       [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                         return arith::ExtFOp::create(b, l, f32, a[0]);
+                       });
+  return {wide, kFloat};
 }
 
 std::optional<DenseElementsAttr> NodeContext::constInput(int i) {
@@ -135,15 +145,39 @@ SmallVector<float> NodeContext::attrFloats(StringRef name) const {
   return out;
 }
 
+/// Fails (an invalid-model error naming the node) for an output shape
+/// whose element count overflows or exceeds kMaxTensorElements: a malformed
+/// Reshape target would otherwise wrap around and pass later size checks.
+static LogicalResult checkOutputShape(NodeContext &ctx, int i,
+                                      ArrayRef<int64_t> shape) {
+  if (checkedNumElements(shape))
+    return success();
+  return ctx.invalid("output #" + Twine(i) + " would have shape " +
+                     shapeString(shape) + ", more than 2^40 elements");
+}
+
 void NodeContext::setOutput(int i, TValue v) {
-  if (hasOutput(i))
-    importer.values[node.output(i)] = v;
+  if (!hasOutput(i) || failed(checkOutputShape(*this, i, v.shape())))
+    return;
+  bool stash = node.op_type() == "LayerNormalization" && i > 0;
+  if (halfDType != kUndefined && v.dtype == kFloat && !stash) {
+    Type half = importer.elementType(halfDType);
+    v = {buildElementwise(builder(), loc(), v.value, v.shape(), half,
+                          [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                            return arith::TruncFOp::create(b, l, half, a[0]);
+                          }),
+         halfDType};
+  }
+  importer.values[node.output(i)] = v;
 }
 
 LogicalResult NodeContext::setConstOutput(int i, DenseElementsAttr attr,
                                           int32_t dtype) {
   if (!hasOutput(i))
     return success();
+  if (failed(checkOutputShape(
+          *this, i, cast<RankedTensorType>(attr.getType()).getShape())))
+    return failure();
   importer.constants[node.output(i)] = {attr, dtype};
   importer.values.erase(node.output(i));
   return success();
@@ -183,9 +217,29 @@ GraphImporter::GraphImporter(MLIRContext &context, const ImportOptions &options,
 LogicalResult GraphImporter::fail(ImportErrorKind kind, const Twine &message) {
   if (error.kind == ImportErrorKind::None) {
     error.kind = kind;
-    error.message = message.str();
+    // Names in a model are arbitrary bytes; the message is one line of
+    // valid UTF-8 (Python decodes it).
+    error.message = printableText(message.str());
   }
   return failure();
+}
+
+std::string printableText(StringRef text) {
+  std::string out;
+  const auto *p = reinterpret_cast<const llvm::UTF8 *>(text.data());
+  const auto *end = p + text.size();
+  while (p < end) {
+    unsigned n = llvm::getNumBytesForUTF8(*p);
+    if (*p >= 0x20 && *p != 0x7f && n <= static_cast<unsigned>(end - p) &&
+        llvm::isLegalUTF8Sequence(p, p + n)) {
+      out.append(reinterpret_cast<const char *>(p), n);
+      p += n;
+      continue;
+    }
+    out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned>(*p)).str();
+    ++p;
+  }
+  return out;
 }
 
 Type GraphImporter::elementType(int32_t dtype) {
@@ -312,6 +366,12 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &t,
                                                "' has a negative dimension");
       return failure();
     }
+  if (!checkedNumElements(shape)) {
+    (void)fail(ImportErrorKind::Invalid,
+               "invalid model: " + what + " '" + t.name() + "' has shape " +
+                   shapeString(shape) + ", more than 2^40 elements");
+    return failure();
+  }
   auto type = RankedTensorType::get(shape, elem);
   int64_t n = numElements(shape);
   size_t elemBytes = dtype == kBool ? 1 : (elem.getIntOrFloatBitWidth() / 8);
@@ -803,6 +863,13 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     SmallVector<int64_t> shape;
     if (failed(bindInputShape(gi, vi, shape)))
       return nullptr;
+    if (!checkedNumElements(shape)) {
+      (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph input '" +
+                                                  vi.name() + "' has shape " +
+                                                  shapeString(shape) +
+                                                  ", more than 2^40 elements");
+      return nullptr;
+    }
     if (numElements(shape) == 0) {
       (void)gi.fail(ImportErrorKind::Unsupported,
                     "unsupported: graph input '" + vi.name() +
@@ -1060,6 +1127,41 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     }
     if (failed(checkArity(ctx)))
       return nullptr;
+    // float16/bfloat16 accumulations in float32 (promoteHalfPrecision).
+    static const llvm::StringSet<> accumulating = {"ReduceSum",
+                                                   "ReduceMean",
+                                                   "ReduceSumSquare",
+                                                   "ReduceL1",
+                                                   "ReduceL2",
+                                                   "ReduceLogSum",
+                                                   "ReduceLogSumExp",
+                                                   "ReduceProd",
+                                                   "MatMul",
+                                                   "Gemm",
+                                                   "Conv",
+                                                   "AveragePool",
+                                                   "GlobalAveragePool",
+                                                   "Softmax",
+                                                   "LogSoftmax",
+                                                   "LayerNormalization",
+                                                   "BatchNormalization",
+                                                   "InstanceNormalization",
+                                                   "LRN",
+                                                   "Mean",
+                                                   "Sum"};
+    if (accumulating.contains(node.op_type()))
+      for (int i = 0; i < node.input_size(); ++i) {
+        int32_t dt = kUndefined;
+        if (auto v = gi.values.find(node.input(i)); v != gi.values.end())
+          dt = v->second.dtype;
+        else if (auto c = gi.constants.find(node.input(i));
+                 c != gi.constants.end())
+          dt = c->second.second;
+        if (dt == kFloat16 || dt == kBFloat16) {
+          ctx.promoteHalfPrecision(dt);
+          break;
+        }
+      }
     if (failed((*fn)(ctx)) || error.kind != ImportErrorKind::None) {
       if (error.kind == ImportErrorKind::None)
         (void)ctx.unsupported("import failed");

@@ -12,6 +12,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 
@@ -58,7 +59,11 @@ FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &ctx,
       (void)ctx.invalid("negative shape entry " + Twine(d));
       return failure();
     }
-    known *= d;
+    if (llvm::MulOverflow(known, d, known)) {
+      (void)ctx.invalid("shape " + shapeString(spec) +
+                        " has more elements than int64 can count");
+      return failure();
+    }
     out.push_back(d);
   }
   int64_t total = numElements(inShape);
@@ -412,13 +417,17 @@ LogicalResult importSlice(NodeContext &ctx) {
 /// Checks the indices of input `i` against `bound` (the size of the
 /// indexed axis, `axisDesc`): at import time when they are constant (an
 /// invalid-model error naming the node and the index), else at run time
-/// (buildIndexCheck) unless --no-index-checks.
+/// (buildIndexCheck) unless --no-runtime-checks.
 LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
                            const std::string &axisDesc) {
   auto c = ctx.constInput(i);
   Type elem = c ? c->getElementType() : ctx.input(i).elementType();
   if (!isa<IntegerType>(elem))
     return ctx.invalid("indices '" + ctx.node.input(i) + "' must be integers");
+  // An empty axis has no valid index (a clamp to [0, -1] would read
+  // before the tensor).
+  if (bound == 0)
+    return ctx.invalid(axisDesc + " has size 0: no index into it is valid");
   if (c) {
     for (const APInt &v : c->getValues<APInt>()) {
       int64_t x = v.getSExtValue();
@@ -430,14 +439,15 @@ LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
     }
     return success();
   }
-  if (!ctx.importer.options.indexChecks)
+  if (!ctx.importer.options.runtimeChecks)
     return success();
   std::string node = ctx.node.name().empty() ? "" : ctx.node.name();
   if (auto name = dyn_cast<NameLoc>(ctx.loc()))
     node = name.getName().str();
   buildIndexCheck(ctx.builder(), ctx.loc(), ctx.input(i).value, bound,
-                  ctx.node.op_type() + " node '" + node + "' (indices '" +
-                      ctx.node.input(i) + "' into " + axisDesc + ")");
+                  printableText(ctx.node.op_type() + " node '" + node +
+                                "' (indices '" + ctx.node.input(i) + "' into " +
+                                axisDesc + ")"));
   return success();
 }
 
@@ -523,6 +533,10 @@ LogicalResult importExpand(NodeContext &ctx) {
   if (failed(spec))
     return failure();
   TValue x = ctx.input(0);
+  for (int64_t d : *spec)
+    if (d < 0)
+      return ctx.invalid("shape " + shapeString(*spec) +
+                         " has a negative dimension");
   auto out = broadcastShapes({x.shape(), ArrayRef<int64_t>(*spec)});
   if (failed(out))
     return ctx.invalid("shape cannot be broadcast to the input");

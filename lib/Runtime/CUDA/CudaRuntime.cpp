@@ -583,6 +583,8 @@ public:
     return checks;
   }
 
+  /// An index check (min, max against bound) or, with `max` null, a count
+  /// check (min points at the count).
   void add(const int64_t *min, const int64_t *max, int64_t bound,
            const char *what) {
     if (pending.size() == kSlots)
@@ -597,17 +599,21 @@ public:
     check(cudaMemcpyAsync(slot, min, sizeof(int64_t), cudaMemcpyDefault,
                           computeStream()),
           "cudaMemcpyAsync (index check)");
-    check(cudaMemcpyAsync(slot + 1, max, sizeof(int64_t), cudaMemcpyDefault,
-                          computeStream()),
-          "cudaMemcpyAsync (index check)");
-    pending.push_back({bound, what});
+    if (max)
+      check(cudaMemcpyAsync(slot + 1, max, sizeof(int64_t), cudaMemcpyDefault,
+                            computeStream()),
+            "cudaMemcpyAsync (index check)");
+    pending.push_back({max ? bound : -1, what});
   }
 
   /// After the compute stream is idle: records the first violation.
   void examine() {
     for (size_t i = 0; i < pending.size(); ++i) {
-      std::string message = indexRangeError(slots[2 * i], slots[2 * i + 1],
-                                            pending[i].bound, pending[i].what);
+      std::string message =
+          pending[i].bound < 0
+              ? countError(slots[2 * i], pending[i].what)
+              : indexRangeError(slots[2 * i], slots[2 * i + 1],
+                                pending[i].bound, pending[i].what);
       if (!message.empty())
         recordRuntimeError(message);
     }
@@ -631,6 +637,10 @@ extern "C" {
 void ddpc_rt_check_indices(const int64_t *min, const int64_t *max,
                            int64_t bound, const char *what) {
   PendingIndexChecks::get().add(min, max, bound, what);
+}
+
+void ddpc_rt_check_count(const int64_t *count, const char *what) {
+  PendingIndexChecks::get().add(count, nullptr, 0, what);
 }
 
 //===----------------------------------------------------------------------===//

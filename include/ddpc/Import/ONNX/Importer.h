@@ -66,10 +66,12 @@ struct ImportOptions {
   /// Run the ONNX library's checker and shape inference where they apply
   /// (IR version <= 8, opset <= 17).
   bool runChecker = true;
-  /// Check index inputs (Gather's indices) at run time: an index outside
-  /// [-size, size) ends the program with an error naming the node. Off, an
-  /// index is clamped to the nearest valid one (reads stay in bounds).
-  bool indexChecks = true;
+  /// Run-time checks of compiled code (RuntimeChecks.h): an index input
+  /// (Gather's indices) outside [-size, size), or an integer division by
+  /// zero, ends the program with an error naming the node. Off, an index
+  /// is clamped to the nearest valid one (reads stay in bounds) and a zero
+  /// divisor replaced by 1.
+  bool runtimeChecks = true;
 };
 
 /// Why an import failed: `Unsupported` (an op, attribute or dtype that ddpc

@@ -82,6 +82,15 @@ mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
 
+/// The most elements one tensor of a model may have (2^40: 4 TiB of
+/// float32; larger products are taken for malformed shapes).
+constexpr int64_t kMaxTensorElements = int64_t(1) << 40;
+
+/// numElements, or none for a negative dimension or a product above
+/// kMaxTensorElements (including one that overflows int64: a Reshape to
+/// [6148914691236517206, 3] wrapped to 2 elements).
+std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
+
 /// Sum of a float32 tensor over all ranks (data parallelism), as a call to
 /// a private function `@ddpc_allreduce_sum_f32_<N>` (created on first use in
 /// the enclosing module) whose body copies the tensor and calls the runtime
@@ -105,6 +114,14 @@ mlir::Value buildAllReduceSum(mlir::OpBuilder &b, mlir::Location loc,
 /// The call carries `ddpc.index_check`.
 void buildIndexCheck(mlir::OpBuilder &b, mlir::Location loc,
                      mlir::Value indices, int64_t bound, llvm::StringRef what);
+
+/// Run-time check that no element of the i1 tensor `bad` is true (an
+/// integer division by zero, ...): counts them (a 0-d i64 tensor) and calls
+/// `@ddpc_check_count` -> the runtime's `ddpc_rt_check_count(count, what)`
+/// (ModelABI.h), reported like buildIndexCheck's. The caller must compute
+/// something defined where `bad` holds (no trap before the report).
+void buildCountCheck(mlir::OpBuilder &b, mlir::Location loc, mlir::Value bad,
+                     llvm::StringRef what);
 
 } // namespace ddpc
 
