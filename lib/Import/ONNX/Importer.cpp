@@ -563,9 +563,9 @@ static LogicalResult checkArity(NodeContext &ctx) {
   const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(
       node.op_type(), static_cast<int>(ctx.opset), "");
   if (!schema)
-    return n >= 1 && !node.input(0).empty()
+    return n >= 1 && !node.input(0).empty() && node.output_size() >= 1
                ? success()
-               : ctx.invalid("needs at least one input");
+               : ctx.invalid("needs at least one input and one output");
   bool exact = ctx.opset <= kNewestLibraryOpset;
   int maxIn = exact ? schema->max_input() : std::numeric_limits<int>::max();
   if (n < schema->min_input() || n > maxIn)
@@ -589,6 +589,13 @@ static LogicalResult checkArity(NodeContext &ctx) {
           (formal.empty() ? std::string() : formal[f].GetName()) +
           "') is empty");
   }
+  // Importers define their outputs by position, and a node without its
+  // required outputs (a variadic Sum with none) would make them read past
+  // the list.
+  if (node.output_size() < std::max(1, schema->min_output()))
+    return ctx.invalid("has " + Twine(node.output_size()) +
+                       " output(s); it needs at least " +
+                       Twine(std::max(1, schema->min_output())));
   if (exact && node.output_size() > schema->max_output())
     return ctx.invalid("has " + Twine(node.output_size()) +
                        " outputs; it has at most " +
