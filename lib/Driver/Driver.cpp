@@ -817,14 +817,7 @@ int compile(const CompileOptions &options, std::string &error,
     // One initializer in roles that need different storage (a BatchNorm
     // scale merged with a running variance): one copy per role, in the
     // model that is imported and in the one --save writes.
-    std::string why;
-    if (!separateInitializerRoles(bytes, why)) {
-      error = "invalid model" +
-              (options.inputPath.empty() ? std::string()
-                                         : " '" + options.inputPath + "'") +
-              ": " + why;
-      return kCompileError;
-    }
+    separateInitializerRoles(bytes);
     importOptions.parameterize = true;
     importOptions.trainingMode = true;
     importOptions.funcName = "forward_train";

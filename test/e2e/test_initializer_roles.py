@@ -156,6 +156,8 @@ def build(tmp, name):
 
 
 def train(ddpc, tmp, model, out, *flags, ranks=1):
+    """Compiles `model` (SGD, momentum) and trains it 2 epochs in file order;
+    the saved initializers by name."""
     subprocess.run([ddpc, "compile", str(tmp / model), "--train", "--batch-size", "8",
                     "--optimizer", "sgd", "--lr", "0.2", "--momentum", "0.9", *flags,
                     "-o", str(tmp / (out + ".prog"))], check=True, capture_output=True)
@@ -191,23 +193,60 @@ def test_merged_initializer_trains_like_distinct_ones(ddpc, tmp_path, name):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_running_statistic_read_elsewhere_is_refused(ddpc, tmp_path):
-    """A running mean that also feeds an Add is one tensor (read before its
-    update) or two merged ones; ddpc cannot tell and says so."""
+def test_running_mean_that_also_trains_gets_two_tensors(ddpc, tmp_path):
+    """A running mean (zeros) merged with a trainable per-channel shift
+    (zeros) that an Add applies after the BatchNorm: the shift trains, the
+    running mean stays a buffer, exactly as with two initializers. (It was
+    refused: one tensor and two merged ones cannot be told apart, and two
+    is what merging tools make.)"""
     v = values()
-    nodes = [bn("bn", "x", "y", "s", "b", "zeros", "var"),
-             helper.make_node("Add", ["y", "zeros"], ["a"], name="shift")] + head("a")
-    save(tmp_path / "m.onnx", nodes, {"s": v["ones"], "b": v["zeros"], "zeros": v["zeros"],
-                                      "var": v["ones"], "W": v["W"], "Wb": v["Wb"]})
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train",
-                           "--batch-size", "8", "-o", str(tmp_path / "prog")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 1
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert ("initializer 'zeros' is a running statistic of BatchNormalization node 'bn' and "
-            "also input #1 of Add node 'shift'") in lines[0]
-    assert not (tmp_path / "prog").exists()
+    zeros3 = np.zeros(C, np.float32)
+    nodes = [bn("bn", "x", "y", "s", "b", "z", "var"),
+             helper.make_node("Reshape", ["z", "shp"], ["z3"]),
+             helper.make_node("Add", ["y", "z3"], ["a"], name="shift")] + head("a")
+    split = [bn("bn", "x", "y", "s", "b", "m", "var"),
+             helper.make_node("Reshape", ["t", "shp"], ["z3"]),
+             helper.make_node("Add", ["y", "z3"], ["a"], name="shift")] + head("a")
+    shp = np.array([C, 1, 1], np.int64)
+    common = {"s": v["ones"], "b": v["zeros"] + 0.1, "var": v["ones"], "W": v["W"],
+              "Wb": v["Wb"], "shp": shp}
+    save(tmp_path / "merged.onnx", nodes, {**common, "z": zeros3})
+    save(tmp_path / "split.onnx", split, {**common, "m": zeros3, "t": zeros3})
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "x.npy", rng.standard_normal((N, C, 2, 2)).astype(np.float32) + 1)
+    np.save(tmp_path / "y.npy", rng.integers(0, K, N).astype(np.int64))
+    want = train(ddpc, tmp_path, "split.onnx", "split")
+    got = train(ddpc, tmp_path, "merged.onnx", "merged")
+    for split_name, merged_name in {"t": "z", "m": "z.bn.running_mean", "s": "s",
+                                    "b": "b", "var": "var", "W": "W"}.items():
+        np.testing.assert_allclose(got[merged_name], want[split_name], rtol=1e-6, atol=1e-7,
+                                   err_msg=merged_name)
+    assert not np.allclose(want["t"], 0) and not np.allclose(want["m"], 0)
+
+
+def test_running_mean_also_read_by_an_untrained_output_is_one_buffer(ddpc, tmp_path):
+    """A running mean that is also copied to a second output (which the
+    loss does not read) has one role that needs storage: it stays one
+    buffer, and the second output reads it."""
+    v = values()
+    nodes = [bn("bn", "x", "y", "s", "b", "m", "var"),
+             helper.make_node("Identity", ["m"], ["m_out"])] + head("y")
+    g = helper.make_graph(nodes, "roles",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, 2, 2])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", K]),
+                           helper.make_tensor_value_info("m_out", TensorProto.FLOAT, [C])],
+                          [numpy_helper.from_array(a, k) for k, a in
+                           {"s": v["ones"], "b": v["zeros"], "m": v["zeros"], "var": v["ones"],
+                            "W": v["W"], "Wb": v["Wb"]}.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    rng = np.random.default_rng(5)
+    np.save(tmp_path / "x.npy", rng.standard_normal((N, C, 2, 2)).astype(np.float32) + 1)
+    np.save(tmp_path / "y.npy", rng.integers(0, K, N).astype(np.int64))
+    got = train(ddpc, tmp_path, "m.onnx", "out")
+    assert set(got) == {"s", "b", "m", "var", "W", "Wb"}
+    assert not np.allclose(got["m"], 0)  # updated as a running mean
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")

@@ -154,6 +154,14 @@ inline bool isConfigurationSlot(const onnx::NodeProto &n, int i) {
 inline bool isRunningStatisticSlot(const onnx::NodeProto &n, int i) {
   return n.op_type() == "BatchNormalization" && (i == 3 || i == 4);
 }
+/// An input that can carry a gradient: not a configuration input and not
+/// an index or shape operand (Gather's indices, Reshape's shape, ...).
+bool isTrainableSlot(const onnx::NodeProto &node, int i);
+/// The values the first graph output (the loss, or what it is computed
+/// from) depends on through trainable slots of float-valued nodes.
+llvm::StringSet<> lossDependencies(const onnx::GraphProto &graph);
+/// Whether `node` has a float result in `deps` (lossDependencies).
+bool reachesLoss(const onnx::NodeProto &node, const llvm::StringSet<> &deps);
 
 /// Op importers by ONNX op type (default domain).
 class OpRegistry {

@@ -648,6 +648,67 @@ static LogicalResult checkArity(NodeContext &ctx) {
   return success();
 }
 
+namespace onnx_import {
+
+/// Whether node `n` has only integer or boolean results (Shape, comparisons,
+/// ArgMax, a Cast to an integer type): it passes no gradient back.
+static bool hasIntegerResults(const onnx::NodeProto &n) {
+  StringRef op = n.op_type();
+  if (op == "Cast" || op == "CastLike")
+    for (const auto &a : n.attribute())
+      if (a.name() == "to")
+        return !isFloatDType(a.i());
+  return llvm::is_contained({"Shape", "Size", "Equal", "Less", "LessOrEqual",
+                             "Greater", "GreaterOrEqual", "Not", "And", "Or",
+                             "Xor", "IsNaN", "IsInf", "ArgMax", "ArgMin",
+                             "NonZero"},
+                            op);
+}
+
+/// Index and shape operands (Gather's indices, Where's condition,
+/// Reshape's shape, ...): they receive no gradient.
+static bool isIndexSlot(const onnx::NodeProto &n, int i) {
+  StringRef op = n.op_type();
+  if (op == "Where")
+    return i == 0;
+  return i >= 1 &&
+         llvm::is_contained({"Gather", "GatherElements", "GatherND", "Reshape",
+                             "Expand", "Slice", "Tile", "Squeeze", "Unsqueeze",
+                             "ReduceSum", "ReduceMean", "ReduceMax",
+                             "ReduceMin", "TopK", "OneHot"},
+                            op);
+}
+
+llvm::StringSet<> lossDependencies(const onnx::GraphProto &graph) {
+  // The nodes are in topological order (ONNX IR spec, "Graphs"), so one
+  // reverse sweep from the first output finds them, through float values
+  // only.
+  llvm::StringSet<> deps;
+  if (graph.output_size() > 0)
+    deps.insert(graph.output(0).name());
+  for (int n = graph.node_size() - 1; n >= 0; --n) {
+    const auto &node = graph.node(n);
+    if (!reachesLoss(node, deps))
+      continue;
+    for (int i = 0; i < node.input_size(); ++i)
+      if (isTrainableSlot(node, i))
+        deps.insert(node.input(i));
+  }
+  return deps;
+}
+
+bool reachesLoss(const onnx::NodeProto &node, const llvm::StringSet<> &deps) {
+  return !hasIntegerResults(node) &&
+         llvm::any_of(node.output(),
+                      [&](const std::string &o) { return deps.contains(o); });
+}
+
+bool isTrainableSlot(const onnx::NodeProto &node, int i) {
+  return !isConfigurationSlot(node, i) && !isIndexSlot(node, i);
+}
+
+} // namespace onnx_import
+
 /// Binds every dimension of a graph input; fills `shape` or reports which
 /// dimension is unbound.
 static LogicalResult bindInputShape(GraphImporter &gi,
@@ -970,51 +1031,11 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     // PyTorch, which skips parameters whose .grad is None (no update, no
     // weight decay), it stays a constant. Nodes with subgraphs (If, Loop,
     // Scan) may read outer values implicitly: then every initializer counts.
-    llvm::StringSet<> lossDeps;
     bool implicitReads = false;
     for (const auto &node : graph.node())
       for (const auto &attr : node.attribute())
         implicitReads |= attr.has_g() || attr.graphs_size() > 0;
-    if (graph.output_size() > 0)
-      lossDeps.insert(graph.output(0).name());
-    // Only float values carry gradients: a node whose outputs are integers
-    // or booleans (Shape, comparisons, ArgMax, a Cast to an integer type)
-    // passes none back, and index and shape operands (Gather's indices,
-    // Where's condition, Reshape's shape, ...) receive none.
-    auto integerResults = [](const onnx::NodeProto &n) {
-      StringRef op = n.op_type();
-      if (op == "Cast" || op == "CastLike")
-        for (const auto &a : n.attribute())
-          if (a.name() == "to")
-            return !isFloatDType(a.i());
-      return llvm::is_contained({"Shape", "Size", "Equal", "Less",
-                                 "LessOrEqual", "Greater", "GreaterOrEqual",
-                                 "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
-                                 "ArgMax", "ArgMin", "NonZero"},
-                                op);
-    };
-    auto indexSlot = [](const onnx::NodeProto &n, int i) {
-      StringRef op = n.op_type();
-      if (op == "Where")
-        return i == 0;
-      return i >= 1 &&
-             llvm::is_contained(
-                 {"Gather", "GatherElements", "GatherND", "Reshape", "Expand",
-                  "Slice", "Tile", "Squeeze", "Unsqueeze", "ReduceSum",
-                  "ReduceMean", "ReduceMax", "ReduceMin", "TopK", "OneHot"},
-                 op);
-    };
-    for (int n = graph.node_size() - 1; n >= 0; --n) {
-      const auto &node = graph.node(n);
-      if (integerResults(node) ||
-          llvm::none_of(node.output(), [&](const std::string &o) {
-            return lossDeps.contains(o);
-          }))
-        continue;
-      for (int i = 0; i < node.input_size(); ++i)
-        if (!configSlot(node, i) && !indexSlot(node, i))
-          lossDeps.insert(node.input(i));
-    }
+    llvm::StringSet<> lossDeps = lossDependencies(graph);
     for (const auto &t : graph.initializer()) {
       if (!isFloatDType(t.data_type()) || frozen.contains(t.name()) ||
           !differentiableUse.contains(t.name()))

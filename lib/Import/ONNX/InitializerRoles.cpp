@@ -11,9 +11,13 @@
 // running variance are both all ones, its bias and running mean all zeros.
 // Kept as one tensor, the scale would never be trained and the running
 // statistics would flow into it. So the model is rewritten first: the
-// trainable uses keep the name, each running-statistics slot gets a copy of
-// its own (two BatchNorms never share a buffer) and the configuration slots
-// one constant copy.
+// trainable uses (those through which the loss depends on it) keep the
+// name, each running-statistics slot gets a copy of its own (two
+// BatchNorms never share a buffer) and the configuration slots one
+// constant copy. (A model that reads a running statistic in a trained
+// computation could mean one tensor; merging tools make two far more often.
+// `--freeze NAME` freezes the trainable uses; the buffer copy still
+// updates, as a frozen module's buffers do in PyTorch.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,8 +44,7 @@ std::string nodeLabel(const onnx::NodeProto &n, int index) {
 
 } // namespace
 
-static bool separateRoles(onnx::ModelProto &model, bool &changed,
-                          std::string &error) {
+static void separateRoles(onnx::ModelProto &model, bool &changed) {
   onnx::GraphProto *graph = model.mutable_graph();
   llvm::StringSet<> taken;
   for (const auto &t : graph->initializer())
@@ -58,6 +61,7 @@ static bool separateRoles(onnx::ModelProto &model, bool &changed,
     taken.insert(name);
     return name;
   };
+  llvm::StringSet<> lossDeps = lossDependencies(*graph);
 
   int numInits = graph->initializer_size();
   for (int t = 0; t < numInits; ++t) {
@@ -65,45 +69,26 @@ static bool separateRoles(onnx::ModelProto &model, bool &changed,
     if (!isFloatDType(init.data_type()))
       continue;
     const std::string &name = init.name();
+    // Trainable: a use through which the loss depends on it (the
+    // parameter selection of Importer.cpp); other uses (a second head's
+    // input, an output nothing trains) read whatever the tensor holds.
     llvm::SmallVector<Use> buffers, configs, trainable;
-    bool onlyNormParams = true; // every trainable use is a BN scale/bias
     for (int n = 0; n < graph->node_size(); ++n) {
       const onnx::NodeProto &node = graph->node(n);
       for (int i = 0; i < node.input_size(); ++i) {
         if (node.input(i) != name)
           continue;
-        if (isRunningStatisticSlot(node, i)) {
+        if (isRunningStatisticSlot(node, i))
           buffers.push_back({n, i});
-        } else if (isConfigurationSlot(node, i)) {
+        else if (isConfigurationSlot(node, i))
           configs.push_back({n, i});
-        } else {
+        else if (isTrainableSlot(node, i) && reachesLoss(node, lossDeps))
           trainable.push_back({n, i});
-          onlyNormParams &=
-              node.op_type() == "BatchNormalization" && (i == 1 || i == 2);
-        }
       }
     }
     int roles = !buffers.empty() + !configs.empty() + !trainable.empty();
     if (roles <= 1 && buffers.size() <= 1)
       continue;
-    if (!buffers.empty() && !onlyNormParams) {
-      // A running statistic also read elsewhere: one tensor (the buffer,
-      // read before its update) or two merged ones (a parameter that
-      // happened to start equal)? ddpc cannot tell.
-      const Use *u = llvm::find_if(trainable, [&](const Use &x) {
-        return graph->node(x.node).op_type() != "BatchNormalization";
-      });
-      const onnx::NodeProto &bn = graph->node(buffers[0].node);
-      const onnx::NodeProto &other = graph->node(u->node);
-      error = "initializer '" + name +
-              "' is a running statistic of BatchNormalization node '" +
-              nodeLabel(bn, buffers[0].node) + "' and also input #" +
-              std::to_string(u->input) + " of " + other.op_type() + " node '" +
-              nodeLabel(other, u->node) +
-              "', where it would be trained; give the two uses distinct "
-              "initializers (or --freeze it)";
-      return false;
-    }
     // Trainable uses keep the name; else the first buffer use does.
     size_t firstBufferCopy = trainable.empty() ? 1 : 0;
     auto addCopy = [&](const std::string &copyName) {
@@ -135,19 +120,16 @@ static bool separateRoles(onnx::ModelProto &model, bool &changed,
         graph->mutable_node(u.node)->set_input(u.input, copyName);
     }
   }
-  return true;
 }
 
-bool separateInitializerRoles(std::string &modelBytes, std::string &error) {
+void separateInitializerRoles(std::string &modelBytes) {
   onnx::ModelProto model;
   if (!model.ParseFromString(modelBytes))
-    return true; // The importer reports it.
+    return; // The importer reports it.
   bool changed = false;
-  if (!separateRoles(model, changed, error))
-    return false;
+  separateRoles(model, changed);
   if (changed)
     modelBytes = model.SerializeAsString();
-  return true;
 }
 
 } // namespace ddpc

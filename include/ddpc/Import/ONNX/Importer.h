@@ -90,16 +90,13 @@ void registerImportDialects(mlir::DialectRegistry &registry);
 
 /// Training programs: gives a float initializer that the model uses in
 /// roles needing different storage one copy per role (InitializerRoles.cpp):
-/// trainable uses keep the name, each BatchNormalization running-statistics
-/// slot gets a copy named `<name>.<node>.running_mean|running_var` (unless
-/// it is the only use), configuration inputs (Dropout's ratio, Clip's
-/// bounds, Pow's exponent) one constant copy `<name>.constant`. Rewrites
-/// `modelBytes` (a serialized ModelProto) only when something changed.
-/// Returns false with a one-line `error` naming the initializer and both
-/// nodes when a running statistic also feeds a slot that would train it
-/// other than a BatchNormalization scale or bias (one tensor or two merged
-/// ones cannot be told apart).
-bool separateInitializerRoles(std::string &modelBytes, std::string &error);
+/// the uses through which the loss depends on it (it is trained there)
+/// keep the name, each BatchNormalization running-statistics slot gets a
+/// copy named `<name>.<node>.running_mean|running_var` (unless it is the
+/// only role), configuration inputs (Dropout's ratio, Clip's bounds, Pow's
+/// exponent) one constant copy `<name>.constant`. Rewrites `modelBytes` (a
+/// serialized ModelProto) only when something changed.
+void separateInitializerRoles(std::string &modelBytes);
 
 /// The ONNX op types (default domain) that the importer registers, sorted.
 std::vector<std::string> supportedONNXOpTypes();
