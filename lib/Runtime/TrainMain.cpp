@@ -643,6 +643,18 @@ private:
   std::thread worker;
 };
 
+/// A loss for the progress lines: 4 decimals, or nan/inf (printf's "%f"
+/// writes "-nan" for some NaNs).
+std::string formatLoss(double v) {
+  if (std::isnan(v))
+    return "nan";
+  if (std::isinf(v))
+    return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.4f", v);
+  return buf;
+}
+
 std::string jsonNumber(double v) {
   if (!std::isfinite(v))
     return "null";
@@ -657,30 +669,80 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-/// Before the first collective of training: every rank must read data of
-/// the same size (so that all run the same steps and collectives pair up)
-/// with the same per-rank batch and accumulation. Launching ranks with
-/// different --data files (MPMD) otherwise ran mismatched collectives and
-/// failed later with MPI_ERR_TRUNCATE. One allreduce of each rank's
-/// numbers; on a mismatch rank 0 names the ranks and values, and every
-/// rank ends with status 1.
-void requireSameDataOnAllRanks(int world, int rank, int64_t trainN,
-                               int64_t valN, int64_t batch, int64_t accum) {
+/// One number that every rank must agree on before training starts, and
+/// how to show it in the refusal.
+struct StartupField {
+  const char *label;
+  double value;
+  std::string (*show)(double);
+};
+
+std::string showCount(double v) { return std::to_string(int64_t(v)); }
+std::string showSamples(double v) {
+  return v < 0 ? "none" : std::to_string(int64_t(v)) + " samples";
+}
+std::string showHex(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%08llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+std::string showNumber(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+std::string showPolicy(double v) {
+  return v == 0 ? "stop" : v == 1 ? "skip" : "ignore";
+}
+std::string showSteps(double v) {
+  return v < 0 ? "unlimited" : std::to_string(int64_t(v));
+}
+
+/// A 32-bit FNV-1a hash of what makes a compiled training program (model,
+/// optimizer, parameters, data and label layout): exact in a double.
+double programDigest() {
+  uint32_t h = 2166136261u;
+  auto mix = [&](const void *p, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ static_cast<const uint8_t *>(p)[i]) * 16777619u;
+  };
+  auto mixStr = [&](const char *text) {
+    if (text)
+      mix(text, std::strlen(text) + 1);
+  };
+  mixStr(ddpc_model_name);
+  mixStr(ddpc_optimizer_desc);
+  for (int32_t i = 0; i < ddpc_num_params; ++i) {
+    mixStr(ddpc_param_names[i]);
+    mix(ddpc_param_shapes[i], sizeof(int64_t) * ddpc_param_ranks[i]);
+  }
+  mix(&ddpc_data_dtype, sizeof(ddpc_data_dtype));
+  mix(ddpc_data_shape, sizeof(int64_t) * ddpc_data_rank);
+  mix(&ddpc_label_dtype, sizeof(ddpc_label_dtype));
+  mix(ddpc_label_shape, sizeof(int64_t) * ddpc_label_rank);
+  return h;
+}
+
+/// Before the first collective of training, every rank must run the same
+/// program (model, optimizer, parameter and data layout) with the same
+/// step-defining options on data of the same size: otherwise the ranks run
+/// collectives that do not pair up (MPI_ERR_TRUNCATE, a hang until the
+/// watchdog) or silently train different things. One allreduce of each
+/// rank's numbers; on a mismatch rank 0 names the fields, the values and
+/// the ranks, and every rank ends with status 1. (Launching ranks with
+/// different --data files, MPMD, is the usual way to get here.)
+void requireSameRunOnAllRanks(int world, int rank,
+                              const std::vector<StartupField> &fields) {
   if (world == 1)
     return;
-  constexpr int kFields = 4;
-  std::vector<double> all(static_cast<size_t>(kFields) * world, 0.0);
-  double mine[kFields] = {static_cast<double>(trainN),
-                          static_cast<double>(valN), static_cast<double>(batch),
-                          static_cast<double>(accum)};
-  std::copy(mine, mine + kFields, all.begin() + kFields * rank);
+  const size_t kFields = fields.size();
+  std::vector<double> all(kFields * world, 0.0);
+  for (size_t f = 0; f < kFields; ++f)
+    all[kFields * rank + f] = fields[f].value;
   allreduceSum(all.data(), static_cast<int64_t>(all.size()),
-               "allreduce of the ranks' data sizes");
-  static const char *const names[kFields] = {
-      "--data:", "--val-data:", "per-rank batch:", "micro-batches per step:"};
-  static const char *const units[kFields] = {" samples", " samples", "", ""};
+               "allreduce of the ranks' start-up check");
   std::string diffs;
-  for (int f = 0; f < kFields; ++f) {
+  for (size_t f = 0; f < kFields; ++f) {
     // Ranks grouped by value, in rank order of first appearance.
     std::vector<std::pair<double, std::vector<int>>> groups;
     for (int r = 0; r < world; ++r) {
@@ -694,18 +756,13 @@ void requireSameDataOnAllRanks(int world, int rank, int64_t trainN,
     }
     if (groups.size() < 2)
       continue;
-    std::string line = names[f];
+    std::string line = std::string(fields[f].label) + ":";
     for (size_t g = 0; g < groups.size(); ++g) {
-      double v = groups[g].first;
       const std::vector<int> &ranks = groups[g].second;
       std::string who = ranks.size() == 1 ? "rank" : "ranks";
       for (size_t i = 0; i < ranks.size(); ++i)
         who += (i ? ", " : " ") + std::to_string(ranks[i]);
-      line += (g ? ", " : " ") +
-              (f == 1 && v < 0
-                   ? std::string("none")
-                   : std::to_string(static_cast<int64_t>(v)) + units[f]) +
-              " on " + who;
+      line += (g ? ", " : " ") + fields[f].show(groups[g].first) + " on " + who;
     }
     diffs += (diffs.empty() ? "" : "; ") + line;
   }
@@ -714,8 +771,8 @@ void requireSameDataOnAllRanks(int world, int rank, int64_t trainN,
   if (rank == 0)
     std::fprintf(stderr,
                  "error: the ranks were given different data or programs: %s; "
-                 "every rank must run the same program on the same --data, "
-                 "--labels and --val-data files\n",
+                 "every rank must run the same program with the same options "
+                 "on the same --data, --labels and --val-data files\n",
                  diffs.c_str());
   std::fflush(stderr);
   barrier("barrier before exit");
@@ -763,7 +820,21 @@ int run(int argc, char **argv) {
   if (haveVal)
     val = loadDataset(opt.valData, opt.valLabels);
 
-  requireSameDataOnAllRanks(world, rank, train.n, haveVal ? val.n : -1, B, K);
+  requireSameRunOnAllRanks(
+      world, rank,
+      {{"program", programDigest(), showHex},
+       {"--data", double(train.n), showSamples},
+       {"--val-data", haveVal ? double(val.n) : -1.0, showSamples},
+       {"per-rank batch", double(B), showCount},
+       {"micro-batches per step", double(K), showCount},
+       {"--epochs", double(opt.epochs), showCount},
+       {"--stop-after-steps", double(opt.stopAfter), showSteps},
+       {"--nan-policy", double(static_cast<int>(opt.nanPolicy)), showPolicy},
+       {"--lr", opt.lrGiven ? double(opt.lr) : double(ddpc_default_lr),
+        showNumber},
+       {"--shuffle-seed",
+        opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0,
+        showNumber}});
 
   const int64_t globalBatch = B * world;
   const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);
@@ -955,6 +1026,10 @@ int run(int argc, char **argv) {
                            " step(s) with a non-finite loss or gradient "
                            "were applied under --nan-policy ignore: check "
                            "the data for nan/inf, or use --nan-policy skip"
+                 : std::string(kind) == "buffer"
+                     ? std::string("a running statistic overflowed with a "
+                                   "finite loss: a sample far outside "
+                                   "the others' range?")
                      : std::string("the update overflowed with a finite "
                                    "loss and gradient: try a lower --lr")) +
                 ")");
@@ -1239,12 +1314,15 @@ int run(int argc, char **argv) {
       bool show = !opt.quiet && (tty || pos.stepInEpoch % progressEvery == 0) &&
                   pos.stepInEpoch != stepsPerEp;
       if (show) {
-        std::printf("%sepoch %lld/%lld  step %lld/%lld  loss %.4f%s",
-                    tty ? "\r" : "", static_cast<long long>(pos.epoch + 1),
-                    static_cast<long long>(opt.epochs),
-                    static_cast<long long>(pos.stepInEpoch),
-                    static_cast<long long>(stepsPerEp),
-                    pos.epochLossSum / pos.epochSteps, tty ? "" : "\n");
+        std::printf(
+            "%sepoch %lld/%lld  step %lld/%lld  loss %s%s", tty ? "\r" : "",
+            static_cast<long long>(pos.epoch + 1),
+            static_cast<long long>(opt.epochs),
+            static_cast<long long>(pos.stepInEpoch),
+            static_cast<long long>(stepsPerEp),
+            formatLoss(pos.epochSteps ? pos.epochLossSum / pos.epochSteps : NAN)
+                .c_str(),
+            tty ? "" : "\n");
         std::fflush(stdout);
       }
     }
@@ -1255,9 +1333,10 @@ int run(int argc, char **argv) {
       std::string line = "epoch " + std::to_string(pos.epoch + 1) + "/" +
                          std::to_string(opt.epochs);
       char buf[128];
-      std::snprintf(buf, sizeof(buf), "  loss %.4f",
-                    pos.epochLossSum / std::max<int64_t>(1, pos.epochSteps));
-      line += buf;
+      // An epoch whose steps were all skipped has no loss.
+      line +=
+          "  loss " +
+          formatLoss(pos.epochSteps ? pos.epochLossSum / pos.epochSteps : NAN);
       if (ddpc_is_classification) {
         std::snprintf(buf, sizeof(buf), "  train-acc %.3f",
                       static_cast<double>(pos.epochCorrect) /
@@ -1267,8 +1346,7 @@ int run(int argc, char **argv) {
       if (haveVal) {
         double vLoss, vAcc;
         validate(vLoss, vAcc);
-        std::snprintf(buf, sizeof(buf), "  val-loss %.4f", vLoss);
-        line += buf;
+        line += "  val-loss " + formatLoss(vLoss);
         if (ddpc_is_classification) {
           std::snprintf(buf, sizeof(buf), "  val-acc %.3f", vAcc);
           line += buf;

@@ -400,7 +400,7 @@ class Program:
             shuffle: False visits the samples in file order every epoch
                 (``--no-shuffle``; ``shuffle_seed`` is then unused).
             extra_args: more command-line arguments for the program, e.g.
-                ``["--lr", "0.05"]``, ``["--grad-clip", "1"]``; see
+                ``["--lr", "0.05"]``, ``["--timeout", "120"]``; see
                 ``./train --help``. ``--no-shuffle`` or ``--shuffle-seed``
                 here take the place of ``shuffle``/``shuffle_seed``.
             timeout: seconds before the run is killed (None: no limit).

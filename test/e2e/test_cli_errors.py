@@ -576,3 +576,29 @@ def test_names_that_are_not_utf8_give_printable_errors(tmp_path):
     raw = m.SerializeToString().replace(b"Relu", b"\x8fdd\xff")
     with pytest.raises(ddpc_py.CompileError, match=r"unsupported op '\\x8fdd\\xff'"):
         ddpc_py.compile(raw, onnx_checker=False)
+
+
+SSA = {
+    # Graphs are in SSA form; these were accepted, the later definition
+    # silently winning.
+    "two-nodes-one-output": ([helper.make_node("Relu", ["x"], ["y"]),
+                              helper.make_node("Neg", ["x"], ["y"])],
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                             "output 'y' is already defined"),
+    "output-shadows-input": ([helper.make_node("Relu", ["x"], ["x"]),
+                              helper.make_node("Neg", ["x"], ["y"])],
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                             "output 'x' is already defined"),
+    "input-listed-twice": ([helper.make_node("Relu", ["x"], ["y"])],
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                           "graph input 'x' is listed twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SSA))
+def test_names_defined_twice_are_refused(ddpc, tmp_path, case):
+    nodes, inputs, needle = SSA[case]
+    onnx.save(shape_model(nodes, inputs), tmp_path / "m.onnx")
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)

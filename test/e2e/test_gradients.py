@@ -299,6 +299,13 @@ def test_reducemax_ties_go_to_the_first_maximum():
     np.testing.assert_array_equal(got, want)
 
 
+def test_sign_of_nan_is_nan():
+    """Sign(NaN) is NaN (numpy, onnxruntime); it was 0."""
+    x = np.array([np.nan, -2, 0, 3], np.float32)
+    res = run_unary_f32_vjp("Sign", x, np.ones(4, np.float32))
+    np.testing.assert_array_equal(res["y"], np.sign(x))
+
+
 def test_reduceprod_gradient_with_zeros():
     """ReduceProd's gradient is the product of the other terms: p / x with
     no zero in the row, the product of the rest at a row's only zero, 0

@@ -348,13 +348,15 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-@pytest.mark.parametrize("case", ["data", "val-data", "batch"])
+@pytest.mark.parametrize("case", ["data", "val-data", "batch", "optimizer", "epochs",
+                                  "nan-policy"])
 def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
-    """MPMD launches whose ranks read data of different sizes (or run
-    programs with another per-rank batch) used to run collectives that did
-    not pair up, failing later with MPI_ERR_TRUNCATE or a watchdog timeout.
-    They end before the first step: one line from rank 0 naming the ranks
-    and values, every rank exit 1, quickly."""
+    """MPMD launches whose ranks read data of different sizes, run other
+    programs (another per-rank batch, another optimizer) or other
+    step-defining options used to run collectives that did not pair up
+    (MPI_ERR_TRUNCATE, a watchdog timeout) or to train silently apart. They
+    end before the first step: one line from rank 0 naming the field, the
+    values and the ranks; every rank exits 1, quickly."""
     mlp_model(tmp_path / "m.onnx")
     x, y = data(64)
     np.save(tmp_path / "x.npy", x)
@@ -372,9 +374,19 @@ def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
     elif case == "val-data":
         b += ["--val-data", "x2.npy", "--val-labels", "y2.npy"]
         want = "--val-data: none on ranks 0, 1, 48 samples on rank 2"
-    else:
+    elif case == "batch":
         other = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t4", 4)
         want = "per-rank batch: 8 on ranks 0, 1, 4 on rank 2"
+    elif case == "optimizer":  # same shapes, another program: trained silently
+        other = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8a", 8,
+                              "--optimizer", "adamw")
+        want = "program: "
+    elif case == "epochs":  # died with MPI_ERR_TRUNCATE at the end
+        b[b.index("--epochs") + 1] = "2"
+        want = "--epochs: 1 on ranks 0, 1, 2 on rank 2"
+    else:  # ended in a final-barrier timeout
+        b += ["--nan-policy", "skip"]
+        want = "--nan-policy: stop on ranks 0, 1, skip on rank 2"
     start = time.time()
     proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", str(prog), *a, ":", "-np",
                            "1", str(other), *b], capture_output=True, text=True, env=ENV,

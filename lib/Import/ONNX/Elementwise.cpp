@@ -606,8 +606,12 @@ void registerElementwiseOps(OpRegistry &r) {
     if (isF(x)) {
       Value pos = cmpF(b, l, arith::CmpFPredicate::OGT, x, zero);
       Value neg = cmpF(b, l, arith::CmpFPredicate::OLT, x, zero);
+      // NaN stays NaN, as in numpy and onnxruntime.
+      Value nan = cmpF(b, l, arith::CmpFPredicate::UNO, x, x);
       return arith::SelectOp::create(
-          b, l, pos, one, arith::SelectOp::create(b, l, neg, mone, zero));
+          b, l, nan, x,
+          arith::SelectOp::create(
+              b, l, pos, one, arith::SelectOp::create(b, l, neg, mone, zero)));
     }
     Value pos = cmpI(b, l,
                      isUnsignedDType(d) ? arith::CmpIPredicate::ugt

@@ -871,6 +871,16 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   }
   (*module)->setAttr("ddpc.initializers", b.getArrayAttr(initInfo));
 
+  {
+    llvm::StringSet<> seen;
+    for (const auto &vi : graph.input())
+      if (!seen.insert(vi.name()).second && !initNames.contains(vi.name())) {
+        (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph input '" +
+                                                    vi.name() +
+                                                    "' is listed twice");
+        return nullptr;
+      }
+  }
   // Function signature from the non-initializer graph inputs.
   SmallVector<Type> argTypes;
   SmallVector<const onnx::ValueInfoProto *> argInfos;
@@ -1155,6 +1165,14 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     }
     if (failed(checkArity(ctx)))
       return nullptr;
+    // Every name is defined once (ONNX IR: graphs are in SSA form).
+    for (const std::string &out : node.output())
+      if (!out.empty() && (gi.values.count(out) || gi.constants.count(out))) {
+        (void)ctx.invalid("output '" + out +
+                          "' is already defined (by a graph input, an "
+                          "initializer or an earlier node)");
+        return nullptr;
+      }
     // float16/bfloat16 accumulations in float32 (promoteHalfPrecision).
     static const llvm::StringSet<> accumulating = {"ReduceSum",
                                                    "ReduceMean",
