@@ -694,6 +694,9 @@ std::string showNumber(double v) {
 std::string showPolicy(double v) {
   return v == 0 ? "stop" : v == 1 ? "skip" : "ignore";
 }
+std::string showSeed(double v) {
+  return v < 0 ? "none (--no-shuffle)" : showNumber(v);
+}
 std::string showSteps(double v) {
   return v < 0 ? "unlimited" : std::to_string(int64_t(v));
 }
@@ -833,8 +836,7 @@ int run(int argc, char **argv) {
        {"--lr", opt.lrGiven ? double(opt.lr) : double(ddpc_default_lr),
         showNumber},
        {"--shuffle-seed",
-        opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0,
-        showNumber}});
+        opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0, showSeed}});
 
   const int64_t globalBatch = B * world;
   const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);

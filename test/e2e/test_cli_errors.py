@@ -602,3 +602,58 @@ def test_names_defined_twice_are_refused(ddpc, tmp_path, case):
     onnx.save(shape_model(nodes, inputs), tmp_path / "m.onnx")
     proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+
+
+ONE_ELEMENT = {
+    # Attributes and inputs the spec makes one-element: a larger Clip bound
+    # broadcast and changed the output's shape, a Constant with two value
+    # attributes kept the first, a ConstantOfShape value of 0 elements read
+    # past its end. onnxruntime refuses each model too.
+    "clip-min-vector": (
+        [helper.make_node("Clip", ["x", "lo"], ["y"], name="n")],
+        [numpy_helper.from_array(np.zeros(3, np.float32), "lo")],
+        "min must be a scalar (one element)"),
+    "clip-max-vector": (
+        [helper.make_node("Clip", ["x", "", "hi"], ["y"], name="n")],
+        [numpy_helper.from_array(np.ones((2, 3), np.float32), "hi")],
+        "max must be a scalar (one element)"),
+    "constant-two-values": (
+        [helper.make_node("Constant", [], ["c"], name="n", value_float=1.0, value_floats=[1.0, 2.0]),
+         helper.make_node("Add", ["x", "c"], ["y"])], [],
+        "needs exactly one value attribute, has 2"),
+    "constant-no-value": (
+        [helper.make_node("Constant", [], ["c"], name="n"),
+         helper.make_node("Add", ["x", "c"], ["y"])], [],
+        "needs exactly one value attribute, has 0"),
+    "constant-of-shape-two-values": (
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="n",
+                          value=numpy_helper.from_array(np.array([1, 2], np.float32))),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        [numpy_helper.from_array(np.array([2, 3], np.int64), "s")],
+        "value must have one element, has 2"),
+    "constant-of-shape-empty-value": (
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="n",
+                          value=numpy_helper.from_array(np.zeros(0, np.float32))),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        [numpy_helper.from_array(np.array([2, 3], np.int64), "s")],
+        "value must have one element, has 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_ELEMENT))
+def test_one_element_values_are_checked(ddpc, tmp_path, case):
+    import onnxruntime as ort
+    nodes, inits, needle = ONE_ELEMENT[case]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "m.onnx")
+    # The oracle: the onnx checker or onnxruntime refuses the model
+    # (onnxruntime takes the first of two Constant values; the checker not).
+    with pytest.raises(Exception):
+        onnx.checker.check_model(model, full_check=True)
+        sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    assert_clean_failure(proc, tmp_path / "prog", 1, needle)
+    assert "(node 'n'" in proc.stderr

@@ -349,7 +349,7 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 @pytest.mark.parametrize("case", ["data", "val-data", "batch", "optimizer", "epochs",
-                                  "nan-policy"])
+                                  "nan-policy", "shuffle"])
 def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
     """MPMD launches whose ranks read data of different sizes, run other
     programs (another per-rank batch, another optimizer) or other
@@ -384,9 +384,13 @@ def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
     elif case == "epochs":  # died with MPI_ERR_TRUNCATE at the end
         b[b.index("--epochs") + 1] = "2"
         want = "--epochs: 1 on ranks 0, 1, 2 on rank 2"
-    else:  # ended in a final-barrier timeout
+    elif case == "nan-policy":  # ended in a final-barrier timeout
         b += ["--nan-policy", "skip"]
         want = "--nan-policy: stop on ranks 0, 1, skip on rank 2"
+    else:  # the ranks drew other samples: trained silently apart
+        a += ["--shuffle-seed", "7"]
+        b += ["--no-shuffle"]
+        want = "--shuffle-seed: 7 on ranks 0, 1, none (--no-shuffle) on rank 2"
     start = time.time()
     proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", str(prog), *a, ":", "-np",
                            "1", str(other), *b], capture_output=True, text=True, env=ENV,

@@ -262,6 +262,12 @@ LogicalResult importClip(NodeContext &ctx) {
   }
   int minIdx = -1, maxIdx = -1;
   if (ctx.opset >= 11) {
+    // ONNX Clip-11+: min and max are scalars (onnxruntime also takes [1]);
+    // broadcasting a larger bound would change the output's shape.
+    for (unsigned i = 1; i <= 2; ++i)
+      if (ctx.hasInput(i) && ctx.input(i).type().getNumElements() != 1)
+        return ctx.invalid(std::string(i == 1 ? "min" : "max") +
+                           " must be a scalar (one element)");
     if (ctx.hasInput(1)) {
       minIdx = ins.size();
       ins.push_back(ctx.input(1));

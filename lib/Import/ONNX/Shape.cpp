@@ -572,6 +572,15 @@ LogicalResult importSize(NodeContext &ctx) {
 
 LogicalResult importConstant(NodeContext &ctx) {
   MLIRContext *mctx = &ctx.importer.context;
+  // ONNX Constant: exactly one of the value attributes.
+  int numValues = 0;
+  for (const char *name :
+       {"value", "value_float", "value_floats", "value_int", "value_ints",
+        "value_string", "value_strings", "sparse_value"})
+    numValues += ctx.attr(name) != nullptr;
+  if (numValues != 1)
+    return ctx.invalid("needs exactly one value attribute, has " +
+                       Twine(numValues));
   if (const auto *a = ctx.attr("value")) {
     auto attr = ctx.importer.tensorToAttr(a->t(), "Constant value");
     if (failed(attr))
@@ -616,6 +625,9 @@ LogicalResult importConstantOfShape(NodeContext &ctx) {
     auto attr = ctx.importer.tensorToAttr(a->t(), "ConstantOfShape value");
     if (failed(attr))
       return failure();
+    if (attr->getNumElements() != 1)
+      return ctx.invalid("value must have one element, has " +
+                         Twine(attr->getNumElements()));
     dtype = a->t().data_type();
     value = *attr->value_begin<Attribute>();
   } else {
