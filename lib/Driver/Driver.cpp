@@ -7,9 +7,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Driver/Driver.h"
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 
-#include "ddpc/Runtime/DTypes.h"
-#include "ddpc/Runtime/OutputFile.h"
+#include "ddpc/Analysis/CostModel.h"
+#include "ddpc/Support/DTypes.h"
+#include "ddpc/Support/OutputFile.h"
 #include "ddpc/Training/TrainingStep.h"
 
 #include <onnx/onnx_pb.h>
@@ -163,8 +165,8 @@ bool readSignature(ModuleOp module, std::vector<TensorSig> &ins,
     TensorSig s;
     auto rt = cast<RankedTensorType>(t);
     s.shape.assign(rt.getShape().begin(), rt.getShape().end());
-    s.name = cast<StringAttr>(attrs.get("ddpc.name")).str();
-    s.dtype = cast<IntegerAttr>(attrs.get("ddpc.dtype")).getInt();
+    s.name = cast<StringAttr>(attrs.get(attrs::kName)).str();
+    s.dtype = cast<IntegerAttr>(attrs.get(attrs::kDType)).getInt();
     return s;
   };
   for (unsigned i = 0; i < fty.getNumInputs(); ++i)
@@ -397,10 +399,7 @@ bool stripTrainedInitializers(const std::string &bytes,
 
 int64_t byteSize(Type t) {
   auto st = dyn_cast<ShapedType>(t);
-  if (!st || !st.hasStaticShape())
-    return 0;
-  unsigned bits = st.getElementTypeBitWidth();
-  return st.getNumElements() * std::max(1u, bits / 8);
+  return st ? staticBytes(st) : 0;
 }
 
 /// NumPy name of ONNX dtype number `dtype` ("float32"), as the programs'
@@ -434,7 +433,7 @@ std::string buildReport(ModuleOp module, StringRef modelName,
   root["outputs"] = tensors(outs);
   llvm::json::Array params;
   int64_t paramBytes = 0;
-  if (auto inits = module->getAttrOfType<ArrayAttr>("ddpc.initializers")) {
+  if (auto inits = module->getAttrOfType<ArrayAttr>(attrs::kInitializers)) {
     for (auto d : inits.getAsRange<DictionaryAttr>()) {
       llvm::json::Array shape;
       for (int64_t v : cast<DenseI64ArrayAttr>(d.get("shape")).asArrayRef())
@@ -465,15 +464,15 @@ std::string buildReport(ModuleOp module, StringRef modelName,
       kind = op->getName().getStringRef();
       type = op->getOperand(0).getType();
     } else if (auto call = dyn_cast<func::CallOp>(op)) {
-      if (call->hasAttr("ddpc.collective")) {
-        kind = call->getAttrOfType<StringAttr>("ddpc.collective").getValue();
+      if (call->hasAttr(attrs::kCollective)) {
+        kind = call->getAttrOfType<StringAttr>(attrs::kCollective).getValue();
         type = call.getOperand(0).getType();
       }
     }
     if (kind.empty())
       return;
     int64_t bytes = byteSize(type);
-    if (auto b = op->getAttrOfType<IntegerAttr>("ddpc.bytes"))
+    if (auto b = op->getAttrOfType<IntegerAttr>(attrs::kBytes))
       bytes = b.getInt();
     collectiveBytes += bytes;
     collectives.push_back(
@@ -484,7 +483,7 @@ std::string buildReport(ModuleOp module, StringRef modelName,
   // Fusion groups (ddpc-fuse-ops): one loop nest or kernel each.
   int64_t groups = 0;
   module.walk([&](Operation *op) {
-    if (op->hasAttr("ddpc.fusion_group"))
+    if (op->hasAttr(attrs::kFusionGroup))
       ++groups;
   });
   root["fusion_groups"] = groups;
@@ -522,24 +521,24 @@ void addBucketReport(ModuleOp module, std::string &reportJSON) {
     llvm::json::Array *collectives = root->getArray("collectives");
     int64_t total = root->getInteger("collective_bytes").value_or(0);
     module.walk([&](func::CallOp call) {
-      auto kind = call->getAttrOfType<StringAttr>("ddpc.collective");
+      auto kind = call->getAttrOfType<StringAttr>(attrs::kCollective);
       if (!kind || kind.getValue() != "allreduce_bucket")
         return;
-      int64_t bytes = call->getAttrOfType<IntegerAttr>("ddpc.bytes").getInt();
+      int64_t bytes = call->getAttrOfType<IntegerAttr>(attrs::kBytes).getInt();
       llvm::json::Array params;
-      for (auto name : call->getAttrOfType<ArrayAttr>("ddpc.params")
+      for (auto name : call->getAttrOfType<ArrayAttr>(attrs::kParams)
                            .getAsRange<StringAttr>())
         params.push_back(name.str());
       buckets.push_back(llvm::json::Object{
-          {"bucket", call->getAttrOfType<IntegerAttr>("ddpc.bucket").getInt()},
+          {"bucket", call->getAttrOfType<IntegerAttr>(attrs::kBucket).getInt()},
           {"bytes", bytes},
           {"params", std::move(params)},
           {"function",
            call->getParentOfType<func::FuncOp>().getSymName().str()},
           {"start_op",
-           call->getAttrOfType<IntegerAttr>("ddpc.start_op").getInt()},
+           call->getAttrOfType<IntegerAttr>(attrs::kStartOp).getInt()},
           {"function_ops",
-           call->getAttrOfType<IntegerAttr>("ddpc.function_ops").getInt()}});
+           call->getAttrOfType<IntegerAttr>(attrs::kFunctionOps).getInt()}});
       if (collectives)
         collectives->push_back(
             llvm::json::Object{{"op", "allreduce_bucket"}, {"bytes", bytes}});
@@ -590,7 +589,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
       Counts c;
       // Fallbacks (ddpc.library_fallback) run only when a library declines.
       f.walk<WalkOrder::PreOrder>([&](Operation *op) {
-        if (op->hasAttr("ddpc.library_fallback"))
+        if (op->hasAttr(attrs::kLibraryFallback))
           return WalkResult::skip();
         if (isKernel(op)) {
           ++c.launches;
@@ -620,7 +619,7 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
         continue;
       Counts c = count(f);
       int64_t arena = 0;
-      if (auto a = f->getAttrOfType<IntegerAttr>("ddpc.arena_bytes"))
+      if (auto a = f->getAttrOfType<IntegerAttr>(attrs::kArenaBytes))
         arena = a.getInt();
       functions.push_back(
           llvm::json::Object{{"name", f.getName().str()},
@@ -905,7 +904,7 @@ int compile(const CompileOptions &options, std::string &error,
     return kCompileError;
   }
   std::string modelName = "model";
-  if (auto n = (*module)->getAttrOfType<StringAttr>("ddpc.graph_name"))
+  if (auto n = (*module)->getAttrOfType<StringAttr>(attrs::kGraphName))
     modelName = n.str();
 
   // Pass phases; each ends a named stage that --dump-ir, captureStages and

@@ -8,8 +8,8 @@
 #include "ddpc/Pipelines/Pipelines.h"
 
 #include "ddpc/Import/ONNX/Importer.h"
+#include "ddpc/InitAllPasses.h"
 #include "ddpc/Target/CUDA/Archs.h"
-#include "ddpc/Transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -71,7 +71,7 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 
 void buildGPULoopPipeline(OpPassManager &pm) {
   addPipeline(
-      pm, "func.func(ddpc-conv-to-gemm,ddpc-plan-arena,"
+      pm, "func.func(ddpc-conv-to-library-call,ddpc-plan-arena,"
           "ddpc-gemm-to-library-call,ddpc-gemm-epilogues,ddpc-conv-epilogues,"
           "ddpc-scatter-to-atomic,"
           "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
@@ -171,11 +171,10 @@ void registerAllDDPCDialects(DialectRegistry &registry) {
 void registerAllDDPCPasses() {
   static bool once = [] {
     registerAllPasses();
-    registerTransformsPasses();
     return true;
   }();
   (void)once;
-  registerPipelines();
+  registerDDPCPasses();
 }
 
 } // namespace ddpc

@@ -9,8 +9,8 @@
 
 #include "ddpc/Runtime/Npy.h"
 
-#include "ddpc/Runtime/DTypes.h"
-#include "ddpc/Runtime/OutputFile.h"
+#include "ddpc/Support/DTypes.h"
+#include "ddpc/Support/OutputFile.h"
 
 #include <cerrno>
 #include <cstdio>

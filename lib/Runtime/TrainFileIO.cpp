@@ -2,7 +2,7 @@
 
 #include "ddpc/Runtime/TrainFileIO.h"
 
-#include "ddpc/Runtime/OutputFile.h"
+#include "ddpc/Support/OutputFile.h"
 
 #include <cerrno>
 #include <cstring>

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Training/Autodiff.h"
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 
 #include <limits>
 
@@ -117,7 +118,7 @@ public:
       add(op->getOperand(1), arith::NegFOp::create(b, loc, g));
     } else if (isa<arith::MulFOp>(op)) {
       // Unguarded: contractions' VJPs must keep the plain multiply-add
-      // body that ddpc-conv-to-gemm and the GEMM matcher recognize.
+      // body that ddpc-conv-to-library-call and the GEMM matcher recognize.
       add(op->getOperand(0), mul(g, op->getOperand(1)));
       add(op->getOperand(1), mul(g, op->getOperand(0)));
     } else if (isa<arith::DivFOp>(op)) {
@@ -774,7 +775,7 @@ FailureOr<Value> capturedTensorVJP(OpBuilder &b, Location loc,
           scf::YieldOp::create(lb, l, r);
         });
     if (d == 0)
-      loop->setAttr("ddpc.scatter_add", b.getUnitAttr());
+      loop->setAttr(attrs::kScatterAdd, b.getUnitAttr());
     return loop.getResult(0);
   };
   Value r = nest(b, 0, init);
@@ -911,8 +912,8 @@ FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
       continue;
     }
     if (auto call = dyn_cast<func::CallOp>(op)) {
-      if (call->getAttrOfType<StringAttr>("ddpc.collective") &&
-          call->getAttrOfType<StringAttr>("ddpc.collective").getValue() ==
+      if (call->getAttrOfType<StringAttr>(attrs::kCollective) &&
+          call->getAttrOfType<StringAttr>(attrs::kCollective).getValue() ==
               "all_reduce_sum") {
         // y = sum over ranks of x  =>  dx = sum over ranks of dy.
         addGrad(call.getOperand(0), buildAllReduceSum(b, loc, g));

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Training/TrainingStep.h"
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 
 #include "ddpc/Import/ONNX/TensorBuilders.h"
 #include "ddpc/Training/Autodiff.h"
@@ -39,12 +40,12 @@ LogicalResult makeVJPFunction(func::FuncOp func, std::string &error) {
       continue;
     BlockArgument ct = body.addArgument(v.getType(), loc);
     seeds.push_back({v, ct});
-    auto name = func.getResultAttrOfType<StringAttr>(i, "ddpc.name");
-    auto dtype = func.getResultAttrOfType<IntegerAttr>(i, "ddpc.dtype");
+    auto name = func.getResultAttrOfType<StringAttr>(i, attrs::kName);
+    auto dtype = func.getResultAttrOfType<IntegerAttr>(i, attrs::kDType);
     newArgAttrs.push_back(DictionaryAttr::get(
-        ctx, {NamedAttribute(StringAttr::get(ctx, "ddpc.name"),
+        ctx, {NamedAttribute(StringAttr::get(ctx, attrs::kName),
                              StringAttr::get(ctx, "d_" + name.str())),
-              NamedAttribute(StringAttr::get(ctx, "ddpc.dtype"), dtype)}));
+              NamedAttribute(StringAttr::get(ctx, attrs::kDType), dtype)}));
   }
   SmallVector<Value> wrt;
   SmallVector<unsigned> wrtIdx;
@@ -62,12 +63,12 @@ LogicalResult makeVJPFunction(func::FuncOp func, std::string &error) {
   for (auto [j, g] : llvm::enumerate(*grads)) {
     outs.push_back(g);
     unsigned i = wrtIdx[j];
-    auto name = func.getArgAttrOfType<StringAttr>(i, "ddpc.name");
-    auto dtype = func.getArgAttrOfType<IntegerAttr>(i, "ddpc.dtype");
+    auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kName);
+    auto dtype = func.getArgAttrOfType<IntegerAttr>(i, attrs::kDType);
     resAttrs.push_back(DictionaryAttr::get(
-        ctx, {NamedAttribute(StringAttr::get(ctx, "ddpc.name"),
+        ctx, {NamedAttribute(StringAttr::get(ctx, attrs::kName),
                              StringAttr::get(ctx, "d_" + name.str())),
-              NamedAttribute(StringAttr::get(ctx, "ddpc.dtype"), dtype)}));
+              NamedAttribute(StringAttr::get(ctx, attrs::kDType), dtype)}));
   }
   func::ReturnOp::create(b, loc, outs);
   ret.erase();
@@ -112,15 +113,15 @@ Value ew(OpBuilder &b, Location loc, ValueRange ins, ArrayRef<int64_t> shape,
 RankedTensorType ttype(Value v) { return cast<RankedTensorType>(v.getType()); }
 
 StringRef role(func::FuncOp f, unsigned arg) {
-  auto r = f.getArgAttrOfType<StringAttr>(arg, "ddpc.role");
+  auto r = f.getArgAttrOfType<StringAttr>(arg, attrs::kRole);
   return r ? r.getValue() : StringRef();
 }
 StringRef resultRole(func::FuncOp f, unsigned res) {
-  auto r = f.getResultAttrOfType<StringAttr>(res, "ddpc.role");
+  auto r = f.getResultAttrOfType<StringAttr>(res, attrs::kRole);
   return r ? r.getValue() : StringRef();
 }
 StringRef argName(func::FuncOp f, unsigned arg) {
-  return f.getArgAttrOfType<StringAttr>(arg, "ddpc.name").getValue();
+  return f.getArgAttrOfType<StringAttr>(arg, attrs::kName).getValue();
 }
 
 /// Clones `fn`'s body into the current block with its arguments mapped to
@@ -276,9 +277,9 @@ void setNames(func::FuncOp f, ArrayRef<std::string> argNames,
               ArrayRef<std::string> resNames) {
   OpBuilder b(f.getContext());
   for (auto [i, n] : llvm::enumerate(argNames))
-    f.setArgAttr(i, "ddpc.name", b.getStringAttr(n));
+    f.setArgAttr(i, attrs::kName, b.getStringAttr(n));
   for (auto [i, n] : llvm::enumerate(resNames))
-    f.setResultAttr(i, "ddpc.name", b.getStringAttr(n));
+    f.setResultAttr(i, attrs::kName, b.getStringAttr(n));
 }
 
 } // namespace
@@ -359,7 +360,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   auto dataType = cast<RankedTensorType>(fty.getInput(dataArg));
   // float32 samples, or integer token ids (int64, int32).
   auto dataDType =
-      fwdTrain.getArgAttrOfType<IntegerAttr>(dataArg, "ddpc.dtype");
+      fwdTrain.getArgAttrOfType<IntegerAttr>(dataArg, attrs::kDType);
   int32_t dd = dataDType ? dataDType.getInt() : 0;
   if (dd != 1 && dd != 7 && dd != 6) {
     std::string got;
@@ -458,7 +459,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   llvm::StringMap<unsigned> bufferUpdateRes;
   for (unsigned r = 0; r < fwdTrain.getNumResults(); ++r)
     if (resultRole(fwdTrain, r) == "buffer_update")
-      bufferUpdateRes[fwdTrain.getResultAttrOfType<StringAttr>(r, "ddpc.name")
+      bufferUpdateRes[fwdTrain.getResultAttrOfType<StringAttr>(r, attrs::kName)
                           .getValue()] = r;
 
   b.setInsertionPointToEnd(module.getBody());
@@ -555,8 +556,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     results.push_back(correct);
     func::ReturnOp::create(fb, loc, results);
     for (unsigned j = 0; j < P; ++j) {
-      fn.setArgAttr(P + NB + j, "ddpc.role", fb.getStringAttr("grad_acc"));
-      fn.setResultAttr(NB + j, "ddpc.role", fb.getStringAttr("new_grad_acc"));
+      fn.setArgAttr(P + NB + j, attrs::kRole, fb.getStringAttr("grad_acc"));
+      fn.setResultAttr(NB + j, attrs::kRole, fb.getStringAttr("new_grad_acc"));
     }
     SmallVector<std::string> argNames, resNames;
     for (const auto &s : info.params)
@@ -628,7 +629,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     for (unsigned j = 0; j < P; ++j) {
       Value p = entry->getArgument(j);
       Value g = entry->getArgument(base + j);
-      fn.setArgAttr(base + j, "ddpc.role", fb.getStringAttr("grad_acc"));
+      fn.setArgAttr(base + j, attrs::kRole, fb.getStringAttr("grad_acc"));
       auto shape = ttype(p).getShape();
       // g = grad_acc * grad_scale (mean over ranks and micro-batches)
       g = ew(fb, loc, ValueRange{g, gradScale}, shape, f32,

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -180,15 +181,15 @@ struct FuseOpsPass : impl::FuseOpsPassBase<FuseOpsPass> {
     // Each remaining linalg op is a group, and so is each scatter-add loop
     // nest of a gradient (Autodiff.cpp: the table of a Gather).
     func.walk([&](Operation *op) {
-      if (!isa<linalg::LinalgOp>(op) && !op->hasAttr("ddpc.scatter_add"))
+      if (!isa<linalg::LinalgOp>(op) && !op->hasAttr(attrs::kScatterAdd))
         return;
       llvm::SetVector<StringRef> names;
       collectNames(op->getLoc(), names);
       SmallVector<Attribute> nameAttrs;
       for (StringRef n : names)
         nameAttrs.push_back(b.getStringAttr(n));
-      op->setAttr("ddpc.fusion_group", b.getI64IntegerAttr(id++));
-      op->setAttr("ddpc.fused_nodes", b.getArrayAttr(nameAttrs));
+      op->setAttr(attrs::kFusionGroup, b.getI64IntegerAttr(id++));
+      op->setAttr(attrs::kFusedNodes, b.getArrayAttr(nameAttrs));
     });
   }
 };

@@ -1,6 +1,7 @@
-//===- Passes.cpp - registration of ddpc's passes -------------------------===//
+//===- Passes.cpp - registration of the Transforms passes -----------------===//
 //
-// Part of ddpc. Each pass of Passes.td is defined in its own file.
+// Part of ddpc. Each pass of include/ddpc/Transforms/Passes.td is defined in
+// its own file in this folder.
 //
 //===----------------------------------------------------------------------===//
 

@@ -238,7 +238,7 @@ def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations, group=1):
 ])
 def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     """Forward, input, weight and bias gradients of a float32 Conv through
-    ddpc-conv-to-gemm against numpy in float64, both ways the program can
+    ddpc-conv-to-library-call against numpy in float64, both ways the program can
     run them: the library calls (ddpc_conv2d_f32: cuDNN on the GPU, Gemm.h's
     definition here) and, with DDPC_CUDNN=0, the compiled fallback
     (forward: im2col + GEMM; weight gradient: im2col + transpose + GEMM;

@@ -61,7 +61,7 @@ struct CUDAPipelineOptions {
 
 /// The target-independent half of the CUDA kernel stage, on bufferized IR:
 /// convolutions to ddpc_conv2d_f32 (cuDNN) calls with an im2col + GEMM
-/// fallback (ddpc-conv-to-gemm), temporaries planned into one arena
+/// fallback (ddpc-conv-to-library-call), temporaries planned into one arena
 /// (ddpc-plan-arena), contractions to ddpc_gemm_f32 calls, bias/ReLU
 /// epilogues to ddpc_gemm_bias_act_f32 (cuBLASLt) calls with a fallback,
 /// additive scatters to atomic parallel loops, copies to linalg, every

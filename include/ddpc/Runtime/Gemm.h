@@ -34,7 +34,7 @@
 // without touching D when it cannot, and the caller then runs the GEMM and
 // the epilogue kernel itself.
 //
-// And, for ungrouped 2-d convolutions (ddpc-conv-to-gemm),
+// And, for ungrouped 2-d convolutions (ddpc-conv-to-library-call),
 //   int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
 //                           int64_t w, int64_t k, int64_t r, int64_t s,
 //                           int64_t p, int64_t q, int64_t strideH,

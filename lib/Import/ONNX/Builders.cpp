@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GraphImporter.h"
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -370,8 +371,8 @@ Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
   Value flat = buildReshape(b, loc, input, {n});
   auto call =
       func::CallOp::create(b, loc, name, TypeRange{flatType}, ValueRange{flat});
-  call->setAttr("ddpc.collective", b.getStringAttr("all_reduce_sum"));
-  call->setAttr("ddpc.bytes",
+  call->setAttr(attrs::kCollective, b.getStringAttr("all_reduce_sum"));
+  call->setAttr(attrs::kBytes,
                 b.getI64IntegerAttr(n * t.getElementTypeBitWidth() / 8));
   return buildReshape(b, loc, call.getResult(0), t.getShape());
 }
@@ -486,7 +487,7 @@ void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
   auto call = func::CallOp::create(
       b, loc, "ddpc_check_indices", TypeRange{},
       ValueRange{range.getResult(0), range.getResult(1), boundV, what64});
-  call->setAttr("ddpc.index_check", b.getUnitAttr());
+  call->setAttr(attrs::kIndexCheck, b.getUnitAttr());
 }
 
 void buildCountCheck(OpBuilder &b, Location loc, Value bad, StringRef what) {
@@ -515,7 +516,7 @@ void buildCountCheck(OpBuilder &b, Location loc, Value bad, StringRef what) {
   auto call = func::CallOp::create(
       b, loc, "ddpc_check_count", TypeRange{},
       ValueRange{count.getResult(0), stringAddress(b, loc, module, what)});
-  call->setAttr("ddpc.runtime_check", b.getUnitAttr());
+  call->setAttr(attrs::kRuntimeCheck, b.getUnitAttr());
 }
 
 } // namespace ddpc

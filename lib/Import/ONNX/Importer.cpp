@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GraphImporter.h"
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -41,11 +42,12 @@ namespace ddpc {
 void registerImportDialects(DialectRegistry &registry) {
   // Everything the op importers build: tensor-level ops, and for run-time
   // checks and collectives (buildIndexCheck, buildAllReduceSum) the
-  // bufferization, memref and LLVM ops of their helper functions.
-  registry.insert<arith::ArithDialect, bufferization::BufferizationDialect,
-                  func::FuncDialect, linalg::LinalgDialect, LLVM::LLVMDialect,
-                  math::MathDialect, memref::MemRefDialect,
-                  tensor::TensorDialect>();
+  // bufferization, memref and LLVM ops of their helper functions; and
+  // ddpc's own, whose attributes every stage reads (DDPCDialect.td).
+  registry.insert<DDPCDialect, arith::ArithDialect,
+                  bufferization::BufferizationDialect, func::FuncDialect,
+                  linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
+                  memref::MemRefDialect, tensor::TensorDialect>();
 }
 
 namespace onnx_import {
@@ -847,8 +849,8 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   Location loc = gi.loc;
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   if (!graph.name().empty())
-    (*module)->setAttr("ddpc.graph_name", b.getStringAttr(graph.name()));
-  (*module)->setAttr("ddpc.opset", b.getI64IntegerAttr(opset));
+    (*module)->setAttr(attrs::kGraphName, b.getStringAttr(graph.name()));
+  (*module)->setAttr(attrs::kOpset, b.getI64IntegerAttr(opset));
 
   // Initializers are constants; their names and sizes go on the module for
   // the plan report (and, in training programs, parameter selection).
@@ -869,7 +871,7 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
          b.getNamedAttr("dtype", b.getI32IntegerAttr(t.data_type())),
          b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes))}));
   }
-  (*module)->setAttr("ddpc.initializers", b.getArrayAttr(initInfo));
+  (*module)->setAttr(attrs::kInitializers, b.getArrayAttr(initInfo));
 
   {
     llvm::StringSet<> seen;
@@ -1106,25 +1108,25 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   for (auto [i, vi] : llvm::enumerate(argInfos)) {
     int32_t dtype = vi->type().tensor_type().elem_type();
     gi.values[vi->name()] = TValue{entry->getArgument(i), dtype};
-    func.setArgAttr(i, "ddpc.name", b.getStringAttr(vi->name()));
-    func.setArgAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+    func.setArgAttr(i, attrs::kName, b.getStringAttr(vi->name()));
+    func.setArgAttr(i, attrs::kDType, b.getI32IntegerAttr(dtype));
     if (options.parameterize)
-      func.setArgAttr(i, "ddpc.role", b.getStringAttr("input"));
+      func.setArgAttr(i, attrs::kRole, b.getStringAttr("input"));
   }
   for (auto [j, state] : llvm::enumerate(stateArgs)) {
     unsigned i = argInfos.size() + j;
     int32_t dtype = gi.constants[state.first].second;
     gi.constants.erase(state.first);
     gi.values[state.first] = TValue{entry->getArgument(i), dtype};
-    func.setArgAttr(i, "ddpc.name", b.getStringAttr(state.first));
-    func.setArgAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
-    func.setArgAttr(i, "ddpc.role", b.getStringAttr(state.second));
+    func.setArgAttr(i, attrs::kName, b.getStringAttr(state.first));
+    func.setArgAttr(i, attrs::kDType, b.getI32IntegerAttr(dtype));
+    func.setArgAttr(i, attrs::kRole, b.getStringAttr(state.second));
   }
   if (needsRng) {
     unsigned i = argTypes.size() - 1;
     gi.rngArg = entry->getArgument(i);
-    func.setArgAttr(i, "ddpc.name", b.getStringAttr("rng"));
-    func.setArgAttr(i, "ddpc.role", b.getStringAttr("rng"));
+    func.setArgAttr(i, attrs::kName, b.getStringAttr("rng"));
+    func.setArgAttr(i, attrs::kRole, b.getStringAttr("rng"));
   }
 
   const OpRegistry &ops = getRegistry();
@@ -1270,16 +1272,16 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   for (auto [i, vi] : llvm::enumerate(graph.output())) {
     TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()] : TValue{};
     int32_t dtype = v.value ? v.dtype : gi.constants[vi.name()].second;
-    func.setResultAttr(i, "ddpc.name", b.getStringAttr(vi.name()));
-    func.setResultAttr(i, "ddpc.dtype", b.getI32IntegerAttr(dtype));
+    func.setResultAttr(i, attrs::kName, b.getStringAttr(vi.name()));
+    func.setResultAttr(i, attrs::kDType, b.getI32IntegerAttr(dtype));
     if (options.parameterize)
-      func.setResultAttr(i, "ddpc.role", b.getStringAttr("output"));
+      func.setResultAttr(i, attrs::kRole, b.getStringAttr("output"));
   }
   for (auto [j, upd] : llvm::enumerate(gi.bufferUpdates)) {
     unsigned i = graph.output_size() + j;
-    func.setResultAttr(i, "ddpc.name", b.getStringAttr(upd.first));
-    func.setResultAttr(i, "ddpc.dtype", b.getI32IntegerAttr(upd.second.dtype));
-    func.setResultAttr(i, "ddpc.role", b.getStringAttr("buffer_update"));
+    func.setResultAttr(i, attrs::kName, b.getStringAttr(upd.first));
+    func.setResultAttr(i, attrs::kDType, b.getI32IntegerAttr(upd.second.dtype));
+    func.setResultAttr(i, attrs::kRole, b.getStringAttr("buffer_update"));
   }
 
   // A verifier failure is ddpc's bug, but it must still be one line.

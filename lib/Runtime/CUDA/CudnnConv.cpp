@@ -2,13 +2,13 @@
 //
 // Part of ddpc's CUDA runtime. Compiled code calls ddpc_conv2d_f32 (Gemm.h)
 // for every 2-d convolution, its data gradient and its filter gradient
-// (ddpc-conv-to-gemm), and falls back to its own im2col + cuBLAS lowering
-// when the call returns 0. A forward convolution followed by a per-channel
-// bias (+ ReLU) first tries ddpc_conv2d_bias_act_f32 (ddpc-conv-epilogues):
-// cudnnConvolutionBiasActivationForward with the identity (which cuDNN runs
-// with the IMPLICIT_PRECOMP_GEMM algorithm only) or the NaN-propagating
-// ReLU, falling back to ddpc_conv2d_f32 and a kernel when it returns 0
-// (also with DDPC_CONV_EPILOGUE=0).
+// (ddpc-conv-to-library-call), and falls back to its own im2col + cuBLAS
+// lowering when the call returns 0. A forward convolution followed by a
+// per-channel bias (+ ReLU) first tries ddpc_conv2d_bias_act_f32
+// (ddpc-conv-epilogues): cudnnConvolutionBiasActivationForward with the
+// identity (which cuDNN runs with the IMPLICIT_PRECOMP_GEMM algorithm only) or
+// the NaN-propagating ReLU, falling back to ddpc_conv2d_f32 and a kernel when
+// it returns 0 (also with DDPC_CONV_EPILOGUE=0).
 //
 // cuDNN is loaded with dlopen (libcudnn.so.9, which exports the convolution
 // API and loads its engine libraries itself), so programs neither link nor

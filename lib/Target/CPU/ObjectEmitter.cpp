@@ -6,7 +6,7 @@
 
 #include "ddpc/Target/CPU/ObjectEmitter.h"
 
-#include "ddpc/Runtime/OutputFile.h"
+#include "ddpc/Support/OutputFile.h"
 
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/DialectRegistry.h"

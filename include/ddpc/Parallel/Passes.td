@@ -1,0 +1,62 @@
+//===- Passes.td - ddpc Parallel passes --------------------*- tablegen -*-===//
+//
+// Part of ddpc. Data-parallel passes: gradient communication (buckets of
+// allreduces that start during backward); implemented in lib/Parallel.
+// mlir-tblgen generates their base classes, options, create functions and
+// registration (Passes.h.inc); docs/passes.md documents every area's passes
+// (include/ddpc/Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_PARALLEL_PASSES_TD
+#define DDPC_PARALLEL_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def BucketGradientAllReducePass : Pass<"ddpc-bucket-gradient-allreduce", "mlir::ModuleOp"> {
+  let summary = "Sum gradient outputs over ranks in buckets that start during backward, as soon as their gradients are final";
+  let description = [{
+    `ddpc-bucket-gradient-allreduce` (module; bufferized IR, both targets).
+    Data-parallel gradient synchronization overlapped with backward, decided
+    at compile time (the bucketing of PyTorch DDP's Reducer: Li et al.,
+    "PyTorch Distributed: Experiences on Accelerating Data Parallel
+    Training", VLDB 2020, sections 3.2.3-3.2.4).
+
+    In every function with out-parameters marked `ddpc.role =
+    "new_grad_acc"` (float32 static memrefs: @train_micro's gradient
+    accumulators), a gradient is *ready* after the last op of the entry
+    block that uses its buffer or a view of it (deallocation bookkeeping
+    aside). Gradients are taken in ready order (the order backward finishes
+    them) and packed greedily into buckets: a gradient joins the open
+    bucket, which closes once it holds at least `bucketCapMB` MiB (the first
+    one `firstBucketMB`, so communication starts early), as in PyTorch DDP;
+    a bucket can thus exceed its cap by its last gradient. Right after the
+    op that readies a bucket's last gradient the pass inserts
+      func.call @ddpc_rt_bucket_add_f32(ptr, count)   (once per gradient)
+      func.call @ddpc_rt_bucket_allreduce_start(bucket index : i64)
+          {ddpc.collective = "allreduce_bucket", ddpc.bytes, ddpc.bucket,
+           ddpc.params = [names], ddpc.start_op = position of that op
+           (1-based, entry block, before insertion), ddpc.function_ops}
+    and before the return `func.call @ddpc_rt_bucket_allreduce_wait()`.
+    The runtime (TrainABI.h) sums each bucket in place over all ranks while
+    the rest of backward runs, and waits for all of them at the end; it does
+    nothing unless this call is the synchronizing micro-batch of a
+    multi-rank optimizer step. Fails (with an error on the function) when a
+    gradient output is not a dense static float32 memref, or a cap is not
+    a positive finite number.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect",
+    "mlir::func::FuncDialect",
+    "mlir::LLVM::LLVMDialect",
+    "mlir::memref::MemRefDialect"
+  ];
+  let options = [
+    Option<"bucketCapMB", "bucket-cap-mb", "double", /*default=*/"25.0",
+           "Bucket size cap in MiB (PyTorch DDP's bucket_cap_mb)">,
+    Option<"firstBucketMB", "first-bucket-mb", "double", /*default=*/"1.0",
+           "Cap of the first bucket in MiB, smaller so that communication starts early">
+  ];
+}
+
+#endif // DDPC_PARALLEL_PASSES_TD
