@@ -12,7 +12,9 @@
 #include "ddpc/Analysis/CostModel.h"
 #include "ddpc/Support/DTypes.h"
 #include "ddpc/Support/OutputFile.h"
+#include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Training/TrainingStep.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #include <onnx/onnx_pb.h>
 
@@ -157,7 +159,7 @@ struct TensorSig {
 /// Reads the graph signature that the importer recorded on @main_graph.
 bool readSignature(ModuleOp module, std::vector<TensorSig> &ins,
                    std::vector<TensorSig> &outs) {
-  auto func = module.lookupSymbol<func::FuncOp>("main_graph");
+  auto func = module.lookupSymbol<func::FuncOp>(kMainGraphFunc);
   if (!func)
     return false;
   auto fty = func.getFunctionType();
@@ -224,12 +226,13 @@ std::string generateGlue(StringRef modelName, const std::vector<TensorSig> &ins,
   table("input", ins);
   table("output", outs);
   size_t n = ins.size() + outs.size();
-  os << "extern void main_graph(";
+  os << "extern void " << kMainGraphFunc << "(";
   for (size_t i = 0; i < n; ++i)
     os << (i ? ", " : "") << "void *";
   if (n == 0)
     os << "void";
-  os << ");\nvoid ddpc_invoke(void **args) {\n  (void)args;\n  main_graph(";
+  os << ");\nvoid " << kInvokeGlue << "(void **args) {\n  (void)args;\n  "
+     << kMainGraphFunc << "(";
   for (size_t i = 0; i < n; ++i)
     os << (i ? ", " : "") << "args[" << i << "]";
   os << ");\n}\n";
@@ -357,10 +360,11 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   // train_micro's last input (rng) comes after the outputs in the ABI.
   {
     size_t nin = 2 * P + NB + 2, nout = NB + P + 2;
-    os << "extern void train_micro(";
+    os << "extern void " << kTrainMicroFunc << "(";
     for (size_t i = 0; i < nin + nout + 1; ++i)
       os << (i ? ", " : "") << "void *";
-    os << ");\nvoid ddpc_train_micro(void **a) {\n  train_micro(";
+    os << ");\nvoid " << kTrainMicroGlue << "(void **a) {\n  "
+       << kTrainMicroFunc << "(";
     for (size_t i = 0; i < nin; ++i)
       os << "a[" << i << "], ";
     os << "a[" << nin + nout << "]";
@@ -368,9 +372,9 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
       os << ", a[" << i << "]";
     os << ");\n}\n";
   }
-  emitForwarder(os, "ddpc_apply", "apply", (P + P * S + P + 3) + (P + P * S));
-  emitForwarder(os, "ddpc_eval", "eval", (P + NB + 2) + 2);
-  emitForwarder(os, "ddpc_grad_norm", "grad_norm", (P + 1) + 1);
+  emitForwarder(os, kApplyGlue, kApplyFunc, (P + P * S + P + 3) + (P + P * S));
+  emitForwarder(os, kEvalGlue, kEvalFunc, (P + NB + 2) + 2);
+  emitForwarder(os, kGradNormGlue, kGradNormFunc, (P + 1) + 1);
   return true;
 }
 
@@ -453,19 +457,22 @@ std::string buildReport(ModuleOp module, StringRef modelName,
   }
   root["parameters"] = std::move(params);
   root["parameter_bytes"] = paramBytes;
-  // Collectives: upstream shard collectives and ddpc runtime calls.
+  // Collectives: upstream shard collectives (tensor IR: "all_reduce_sum",
+  // "all_gather", ...) and ddpc runtime calls (after lowering).
   llvm::json::Array collectives;
   int64_t collectiveBytes = 0;
   module.walk([&](Operation *op) {
-    StringRef kind;
+    std::string kind;
     Type type;
-    if (op->getName().getStringRef().starts_with("shard.all_") ||
-        op->getName().getStringRef() == "shard.reduce_scatter") {
-      kind = op->getName().getStringRef();
+    if (isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
+            shard::AllToAllOp, shard::BroadcastOp>(op)) {
+      kind = op->getName().stripDialect().str();
+      if (auto ar = dyn_cast<shard::AllReduceOp>(op))
+        kind += "_" + shard::stringifyReductionKind(ar.getReduction()).str();
       type = op->getOperand(0).getType();
     } else if (auto call = dyn_cast<func::CallOp>(op)) {
       if (call->hasAttr(attrs::kCollective)) {
-        kind = call->getAttrOfType<StringAttr>(attrs::kCollective).getValue();
+        kind = call->getAttrOfType<StringAttr>(attrs::kCollective).str();
         type = call.getOperand(0).getType();
       }
     }
@@ -475,8 +482,7 @@ std::string buildReport(ModuleOp module, StringRef modelName,
     if (auto b = op->getAttrOfType<IntegerAttr>(attrs::kBytes))
       bytes = b.getInt();
     collectiveBytes += bytes;
-    collectives.push_back(
-        llvm::json::Object{{"op", kind.str()}, {"bytes", bytes}});
+    collectives.push_back(llvm::json::Object{{"op", kind}, {"bytes", bytes}});
   });
   root["collectives"] = std::move(collectives);
   root["collective_bytes"] = collectiveBytes;
@@ -594,11 +600,11 @@ void addCUDAReport(ModuleOp module, ArrayRef<std::string> archs,
         if (isKernel(op)) {
           ++c.launches;
         } else if (auto call = dyn_cast<func::CallOp>(op)) {
-          bool epilogue = call.getCallee() == "ddpc_gemm_bias_act_f32";
-          c.gemms += epilogue || call.getCallee() == "ddpc_gemm_f32";
+          bool epilogue = call.getCallee() == kGemmEpilogueFn;
+          c.gemms += epilogue || call.getCallee() == kGemmFn;
           c.epilogues += epilogue;
-          bool convEpilogue = call.getCallee() == "ddpc_conv2d_bias_act_f32";
-          c.convs += convEpilogue || call.getCallee() == "ddpc_conv2d_f32";
+          bool convEpilogue = call.getCallee() == kConvEpilogueFn;
+          c.convs += convEpilogue || call.getCallee() == kConvFn;
           c.convEpilogues += convEpilogue;
           auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
           if (callee && !callee.isExternal()) {
@@ -894,7 +900,7 @@ int compile(const CompileOptions &options, std::string &error,
                : kCompileError;
 
   if (options.vjp) {
-    auto f = module->lookupSymbol<func::FuncOp>("main_graph");
+    auto f = module->lookupSymbol<func::FuncOp>(kMainGraphFunc);
     if (failed(makeVJPFunction(f, error)))
       return kCompileUnsupported;
   }

@@ -42,7 +42,8 @@ void buildGraphOptimizationPipeline(OpPassManager &pm,
 
 void buildBufferizationPipeline(OpPassManager &pm,
                                 const CPUPipelineOptions &options) {
-  addPipeline(pm, "ddpc-read-only-arguments,func.func(ddpc-clone-shared-fills),"
+  addPipeline(pm, "ddpc-lower-collectives,ddpc-read-only-arguments,"
+                  "func.func(ddpc-clone-shared-fills),"
                   "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
                   "one-shot-bufferize{bufferize-function-boundaries "
                   "function-boundary-type-conversion=identity-layout-map},"

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "ddpc/Import/ONNX/TensorBuilders.h"
+#include "ddpc/Parallel/Collectives.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -911,14 +912,10 @@ FailureOr<SmallVector<Value>> buildVJP(OpBuilder &b, Location loc,
                            cast<RankedTensorType>(src.getType()).getShape()));
       continue;
     }
-    if (auto call = dyn_cast<func::CallOp>(op)) {
-      if (call->getAttrOfType<StringAttr>(attrs::kCollective) &&
-          call->getAttrOfType<StringAttr>(attrs::kCollective).getValue() ==
-              "all_reduce_sum") {
-        // y = sum over ranks of x  =>  dx = sum over ranks of dy.
-        addGrad(call.getOperand(0), buildAllReduceSum(b, loc, g));
-        continue;
-      }
+    if (isWorldAllReduceSum(op)) {
+      // y = sum over ranks of x  =>  dx = sum over ranks of dy.
+      addGrad(op->getOperand(0), buildAllReduceSum(b, loc, g));
+      continue;
     }
     if (isa<linalg::FillOp, tensor::EmptyOp, arith::ConstantOp>(op) &&
         capturedActive(op).empty())

@@ -8,6 +8,7 @@
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 
 #include "ddpc/Import/ONNX/TensorBuilders.h"
+#include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Training/Autodiff.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -480,7 +481,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     outs.append(paramTypes);
     outs.push_back(scalarF);
     outs.push_back(scalarI);
-    auto fn = func::FuncOp::create(b, loc, "train_micro",
+    auto fn = func::FuncOp::create(b, loc, kTrainMicroFunc,
                                    b.getFunctionType(ins, outs));
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);
@@ -615,7 +616,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       for (int s = 0; s < S; ++s)
         outs.push_back(t);
     auto fn =
-        func::FuncOp::create(b, loc, "apply", b.getFunctionType(ins, outs));
+        func::FuncOp::create(b, loc, kApplyFunc, b.getFunctionType(ins, outs));
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);
     unsigned base = P + P * S;
@@ -771,7 +772,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   {
     SmallVector<Type> ins(paramTypes);
     ins.push_back(scalarF);
-    auto fn = func::FuncOp::create(b, loc, "grad_norm",
+    auto fn = func::FuncOp::create(b, loc, kGradNormFunc,
                                    b.getFunctionType(ins, {scalarF}));
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);
@@ -828,7 +829,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     ins.push_back(labelType);
     auto vecF = RankedTensorType::get({B}, f32);
     auto vecI = RankedTensorType::get({B}, i64);
-    auto fn = func::FuncOp::create(b, loc, "eval",
+    auto fn = func::FuncOp::create(b, loc, kEvalFunc,
                                    b.getFunctionType(ins, {vecF, vecI}));
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);

@@ -70,7 +70,22 @@ func.func @strided(%x: memref<1x1x2x9x9xf32>, %w: memref<1x2x2x3x3xf32>, %y: mem
 // library with C = 3, OC = 3 and 3 groups; the fallback is the generic
 // itself (a generated kernel), no GEMM.
 // CHECK-LABEL: func.func @grouped(
-// CHECK: call @ddpc_conv2d_f32(%c0_i32, %c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c3_i64_1, %c3_i64_2, %c3_i64_3, %c4_i64, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %c3_i64_8,
+// CHECK: %[[KIND:.*]] = arith.constant 0 : i32
+// CHECK: %[[N:.*]] = arith.constant 2 : i64
+// CHECK: %[[C:.*]] = arith.constant 3 : i64
+// CHECK: %[[H:.*]] = arith.constant 6 : i64
+// CHECK: %[[W:.*]] = arith.constant 6 : i64
+// CHECK: %[[K:.*]] = arith.constant 3 : i64
+// CHECK: %[[R:.*]] = arith.constant 3 : i64
+// CHECK: %[[S:.*]] = arith.constant 3 : i64
+// CHECK: %[[P:.*]] = arith.constant 4 : i64
+// CHECK: %[[Q:.*]] = arith.constant 4 : i64
+// CHECK: %[[SH:.*]] = arith.constant 1 : i64
+// CHECK: %[[SW:.*]] = arith.constant 1 : i64
+// CHECK: %[[DH:.*]] = arith.constant 1 : i64
+// CHECK: %[[DW:.*]] = arith.constant 1 : i64
+// CHECK: %[[G:.*]] = arith.constant 3 : i64
+// CHECK: call @ddpc_conv2d_f32(%[[KIND]], %[[N]], %[[C]], %[[H]], %[[W]], %[[K]], %[[R]], %[[S]], %[[P]], %[[Q]], %[[SH]], %[[SW]], %[[DH]], %[[DW]], %[[G]],
 // CHECK: scf.if
 // CHECK-NEXT: linalg.generic
 // CHECK-NOT: ddpc_gemm_f32

@@ -1,8 +1,8 @@
 //===- RuntimeCalls.h - runtime entry points that passes call ---*- C++ -*-===//
 //
-// Part of ddpc (every pass that inserts runtime calls). Names of the runtime
-// functions that ddpc's passes insert calls to (TrainABI.h, Runtime/Gemm.h),
-// and helpers that declare them and build their arguments.
+// Part of ddpc (every pass that inserts runtime calls). Helpers that declare
+// the runtime's entry points (named in Support/RuntimeSymbols.h) and build
+// their arguments.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,37 +14,9 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include "ddpc/Support/RuntimeSymbols.h"
+
 namespace ddpc {
-
-/// Library calls (Runtime/Gemm.h): the GEMM (ddpc-gemm-to-library-call),
-/// the GEMM with a bias/ReLU epilogue (ddpc-gemm-epilogues), convolutions
-/// (ddpc-conv-to-library-call) and convolutions with a bias/ReLU epilogue
-/// (ddpc-conv-epilogues). They enqueue work on the compute stream.
-constexpr llvm::StringLiteral kGemmFn = "ddpc_gemm_f32";
-constexpr llvm::StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
-constexpr llvm::StringLiteral kConvFn = "ddpc_conv2d_f32";
-constexpr llvm::StringLiteral kConvEpilogueFn = "ddpc_conv2d_bias_act_f32";
-
-/// The allreduce of one gradient (TrainABI.h).
-constexpr llvm::StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
-
-/// Waits for the device's pending work (ddpc-gpu-host-sync).
-constexpr llvm::StringLiteral kSyncFn = "ddpc_gpu_host_sync";
-
-/// Run-time index check (ModelABI.h): stream-ordered on the CUDA target (the
-/// runtime copies the checked values on the compute stream), so it needs
-/// no host synchronization before it.
-constexpr llvm::StringLiteral kIndexCheckFn = "ddpc_rt_check_indices";
-constexpr llvm::StringLiteral kCountCheckFn = "ddpc_rt_check_count";
-
-/// Gradient buckets (ddpc-bucket-gradient-allreduce, TrainABI.h): NCCL on
-/// the communication stream on the GPU, ordered with events against the
-/// compute stream.
-constexpr llvm::StringLiteral kBucketAddFn = "ddpc_rt_bucket_add_f32";
-constexpr llvm::StringLiteral kBucketStartFn = "ddpc_rt_bucket_allreduce_start";
-constexpr llvm::StringLiteral kBucketWaitFn = "ddpc_rt_bucket_allreduce_wait";
-constexpr llvm::StringLiteral kBucketFns[] = {kBucketAddFn, kBucketStartFn,
-                                              kBucketWaitFn};
 
 /// Arguments of runtime calls, created at `b`'s insertion point: integer
 /// constants, and buffers as their aligned base address (i64), the form

@@ -7,6 +7,8 @@
 //
 //   ddpc-bucket-gradient-allreduce  gradient allreduce in buckets that
 //                                   start during backward (both targets)
+//   ddpc-lower-collectives          shard collectives -> runtime calls
+//                                   (tensor IR, before bufferization)
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,7 +1,8 @@
 //===- Passes.td - ddpc Parallel passes --------------------*- tablegen -*-===//
 //
 // Part of ddpc. Data-parallel passes: gradient communication (buckets of
-// allreduces that start during backward); implemented in lib/Parallel.
+// allreduces that start during backward) and the lowering of tensor-level
+// collectives; implemented in lib/Parallel.
 // mlir-tblgen generates their base classes, options, create functions and
 // registration (Passes.h.inc); docs/passes.md documents every area's passes
 // (include/ddpc/Passes.td).
@@ -56,6 +57,34 @@ def BucketGradientAllReducePass : Pass<"ddpc-bucket-gradient-allreduce", "mlir::
            "Bucket size cap in MiB (PyTorch DDP's bucket_cap_mb)">,
     Option<"firstBucketMB", "first-bucket-mb", "double", /*default=*/"1.0",
            "Cap of the first bucket in MiB, smaller so that communication starts early">
+  ];
+}
+
+def LowerCollectivesPass : Pass<"ddpc-lower-collectives", "mlir::ModuleOp"> {
+  let summary = "Lower shard collectives over the world grid to calls of the ddpc runtime";
+  let description = [{
+    `ddpc-lower-collectives` (module; tensor IR, before bufferization, both
+    targets). Tensor-level IR carries collectives as upstream `shard` ops
+    over `shard.grid @ddpc_world(shape = ?)`, the 1-D grid of all ranks
+    (include/ddpc/Parallel/Collectives.h). Each
+      %r = shard.all_reduce %x on @ddpc_world grid_axes = [0]
+             reduction = sum : tensor<S x f32> -> tensor<S x f32>
+    becomes a call of the private helper `@ddpc_allreduce_sum_f32_<N>` (N =
+    elements of S; one per size) on %x flattened to 1-D,
+    `{ddpc.collective = "all_reduce_sum", ddpc.bytes = 4 N}`, whose body
+    copies its argument into a 64-byte aligned buffer, calls the runtime's
+    in-place `ddpc_rt_allreduce_sum_f32(ptr, N)` (TrainABI.h: MPI on the
+    CPU, NCCL on the GPU) and returns the buffer as a tensor. The grid is
+    erased once unused. Any other shard op (another reduction, element
+    type, grid or a dynamic shape) fails the pass with an error on the op.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect",
+    "mlir::bufferization::BufferizationDialect",
+    "mlir::func::FuncDialect",
+    "mlir::LLVM::LLVMDialect",
+    "mlir::memref::MemRefDialect",
+    "mlir::tensor::TensorDialect"
   ];
 }
 

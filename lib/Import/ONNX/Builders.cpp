@@ -8,6 +8,7 @@
 
 #include "GraphImporter.h"
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
+#include "ddpc/Support/RuntimeSymbols.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -330,53 +331,6 @@ TypedAttr highestAttr(Type type, bool isUnsigned) {
   return IntegerAttr::get(it, v);
 }
 
-Value buildAllReduceSum(OpBuilder &b, Location loc, Value input) {
-  auto t = cast<RankedTensorType>(input.getType());
-  MLIRContext *ctx = b.getContext();
-  auto module =
-      b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
-  int64_t n = t.getNumElements();
-  auto flatType = RankedTensorType::get({n}, t.getElementType());
-  std::string name = "ddpc_allreduce_sum_f32_" + std::to_string(n);
-  auto ptrType = LLVM::LLVMPointerType::get(ctx);
-  if (!module.lookupSymbol<func::FuncOp>(name)) {
-    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
-    if (!module.lookupSymbol<func::FuncOp>("ddpc_rt_allreduce_sum_f32"))
-      func::FuncOp::create(mb, loc, "ddpc_rt_allreduce_sum_f32",
-                           mb.getFunctionType({ptrType, mb.getI64Type()}, {}))
-          .setPrivate();
-    auto fn = func::FuncOp::create(mb, loc, name,
-                                   mb.getFunctionType({flatType}, {flatType}));
-    fn.setPrivate();
-    Block *entry = fn.addEntryBlock();
-    OpBuilder fb = OpBuilder::atBlockBegin(entry);
-    auto mt = MemRefType::get({n}, t.getElementType());
-    // A private copy receives the sum: tensors stay values.
-    Value src =
-        bufferization::ToBufferOp::create(fb, loc, mt, entry->getArgument(0),
-                                          /*read_only=*/true);
-    Value buf = memref::AllocOp::create(fb, loc, mt, fb.getI64IntegerAttr(64));
-    memref::CopyOp::create(fb, loc, src, buf);
-    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(fb, loc, buf);
-    Value addr64 = arith::IndexCastOp::create(fb, loc, fb.getI64Type(), addr);
-    Value ptr = LLVM::IntToPtrOp::create(fb, loc, ptrType, addr64);
-    Value count = arith::ConstantIntOp::create(fb, loc, fb.getI64Type(), n);
-    func::CallOp::create(fb, loc, "ddpc_rt_allreduce_sum_f32", TypeRange{},
-                         ValueRange{ptr, count});
-    Value out = bufferization::ToTensorOp::create(fb, loc, flatType, buf,
-                                                  /*restrict=*/true,
-                                                  /*writable=*/true);
-    func::ReturnOp::create(fb, loc, out);
-  }
-  Value flat = buildReshape(b, loc, input, {n});
-  auto call =
-      func::CallOp::create(b, loc, name, TypeRange{flatType}, ValueRange{flat});
-  call->setAttr(attrs::kCollective, b.getStringAttr("all_reduce_sum"));
-  call->setAttr(attrs::kBytes,
-                b.getI64IntegerAttr(n * t.getElementTypeBitWidth() / 8));
-  return buildReshape(b, loc, call.getResult(0), t.getShape());
-}
-
 namespace {
 
 /// The private helper `name(tensor<i64> x numTensors, i64 x numInts, ptr)`
@@ -453,8 +407,7 @@ void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
   ModuleOp module = enclosingModule(b);
   Type i64 = b.getI64Type();
   auto scalar = RankedTensorType::get({}, i64);
-  getOrCreateCheckHelper(module, loc, "ddpc_check_indices",
-                         "ddpc_rt_check_indices", 2, 1);
+  getOrCreateCheckHelper(module, loc, kIndexCheckHelper, kIndexCheckFn, 2, 1);
   // min and max over all elements, as i64.
   auto type = cast<RankedTensorType>(indices.getType());
   unsigned rank = type.getRank();
@@ -485,7 +438,7 @@ void buildIndexCheck(OpBuilder &b, Location loc, Value indices, int64_t bound,
   Value what64 = stringAddress(b, loc, module, what);
   Value boundV = arith::ConstantIntOp::create(b, loc, i64, bound);
   auto call = func::CallOp::create(
-      b, loc, "ddpc_check_indices", TypeRange{},
+      b, loc, kIndexCheckHelper, TypeRange{},
       ValueRange{range.getResult(0), range.getResult(1), boundV, what64});
   call->setAttr(attrs::kIndexCheck, b.getUnitAttr());
 }
@@ -495,8 +448,7 @@ void buildCountCheck(OpBuilder &b, Location loc, Value bad, StringRef what) {
   ModuleOp module = enclosingModule(b);
   Type i64 = b.getI64Type();
   auto scalar = RankedTensorType::get({}, i64);
-  getOrCreateCheckHelper(module, loc, "ddpc_check_count", "ddpc_rt_check_count",
-                         1, 0);
+  getOrCreateCheckHelper(module, loc, kCountCheckHelper, kCountCheckFn, 1, 0);
   auto type = cast<RankedTensorType>(bad.getType());
   unsigned rank = type.getRank();
   Value e = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, i64);
@@ -514,7 +466,7 @@ void buildCountCheck(OpBuilder &b, Location loc, Value bad, StringRef what) {
             nb, l, arith::AddIOp::create(nb, l, a[1], one).getResult());
       });
   auto call = func::CallOp::create(
-      b, loc, "ddpc_check_count", TypeRange{},
+      b, loc, kCountCheckHelper, TypeRange{},
       ValueRange{count.getResult(0), stringAddress(b, loc, module, what)});
   call->setAttr(attrs::kRuntimeCheck, b.getUnitAttr());
 }

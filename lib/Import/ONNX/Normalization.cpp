@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GraphImporter.h"
+#include "ddpc/Parallel/Collectives.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"

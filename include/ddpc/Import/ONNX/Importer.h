@@ -12,6 +12,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include "ddpc/Support/RuntimeSymbols.h"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -46,7 +48,7 @@ struct ImportOptions {
   };
   std::map<std::string, BoundTensor> boundInputs;
   /// Name of the generated function.
-  std::string funcName = "main_graph";
+  std::string funcName = kMainGraphFunc.str();
   /// Float initializers become function arguments: `ddpc.role = "param"`,
   /// or "buffer" for BatchNormalization running mean/var. Graph inputs get
   /// role "input". Initializers named in `frozen` stay constants.

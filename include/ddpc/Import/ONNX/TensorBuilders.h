@@ -91,15 +91,6 @@ constexpr int64_t kMaxTensorElements = int64_t(1) << 40;
 /// [6148914691236517206, 3] wrapped to 2 elements).
 std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
 
-/// Sum of a float32 tensor over all ranks (data parallelism), as a call to
-/// a private function `@ddpc_allreduce_sum_f32_<N>` (created on first use in
-/// the enclosing module) whose body copies the tensor and calls the runtime
-/// collective `ddpc_rt_allreduce_sum_f32(ptr, count)`. The call carries
-/// `ddpc.collective = "all_reduce_sum"` and `ddpc.bytes`. Its VJP is the
-/// same all-reduce of the cotangent.
-mlir::Value buildAllReduceSum(mlir::OpBuilder &b, mlir::Location loc,
-                              mlir::Value input);
-
 /// Run-time check that every element of the integer tensor `indices`
 /// (any integer width, signed) lies in [-bound, bound) (ONNX's negative-
 /// index rule). Builds one reduction to the smallest and largest index (two

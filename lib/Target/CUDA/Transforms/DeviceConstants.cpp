@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -38,7 +39,7 @@ namespace {
 
 constexpr int64_t kAlignment = 256;
 constexpr llvm::StringLiteral kPacked = "__ddpc_device_constants";
-constexpr llvm::StringLiteral kRuntime = "ddpc_device_constants";
+constexpr llvm::StringLiteral kRuntime = kDeviceConstantsFn;
 
 /// The bytes of a constant global's value as compiled code reads them
 /// (row-major, little-endian as DenseElementsAttr stores them; i1 as one

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -27,7 +28,7 @@ struct GPUMergeModulesPass
       return;
     MLIRContext *ctx = &getContext();
     OpBuilder b(modules.front());
-    auto merged = gpu::GPUModuleOp::create(b, module.getLoc(), "ddpc_kernels");
+    auto merged = gpu::GPUModuleOp::create(b, module.getLoc(), kKernelModule);
     Block &dest = merged.getBodyRegion().front();
     // Kernel @M::@F is renamed @ddpc_kernels::@M (module names are unique).
     DenseMap<Attribute, SymbolRefAttr> renamed;

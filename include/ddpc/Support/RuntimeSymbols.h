@@ -1,0 +1,98 @@
+//===- RuntimeSymbols.h - names shared by compiler and runtime --*- C++ -*-===//
+//
+// Part of ddpc. Every symbol name the compiler emits and a runtime (or the
+// generated glue) resolves, spelled once: the runtime's C entry points that
+// passes insert calls to (defined in lib/Runtime, declared in TrainABI.h,
+// ModelABI.h and Runtime/Gemm.h), the MLIR functions the importer and the
+// training-step builder create and the glue forwards to, and the helper
+// functions the importer outlines. A rename here and in the runtime's
+// definition is the whole change.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_SUPPORT_RUNTIMESYMBOLS_H
+#define DDPC_SUPPORT_RUNTIMESYMBOLS_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace ddpc {
+
+//===----------------------------------------------------------------------===//
+// Runtime entry points (C ABI, buffers passed as i64 aligned base addresses)
+//===----------------------------------------------------------------------===//
+
+/// Library calls (Runtime/Gemm.h): the GEMM (ddpc-gemm-to-library-call),
+/// the GEMM with a bias/ReLU epilogue (ddpc-gemm-epilogues), convolutions
+/// (ddpc-conv-to-library-call) and convolutions with a bias/ReLU epilogue
+/// (ddpc-conv-epilogues). They enqueue work on the compute stream.
+constexpr llvm::StringLiteral kGemmFn = "ddpc_gemm_f32";
+constexpr llvm::StringLiteral kGemmEpilogueFn = "ddpc_gemm_bias_act_f32";
+constexpr llvm::StringLiteral kConvFn = "ddpc_conv2d_f32";
+constexpr llvm::StringLiteral kConvEpilogueFn = "ddpc_conv2d_bias_act_f32";
+
+/// The in-place allreduce (sum) of one f32 buffer over all ranks
+/// (TrainABI.h): (i64 base address, i64 element count).
+constexpr llvm::StringLiteral kAllReduceFn = "ddpc_rt_allreduce_sum_f32";
+
+/// Waits for the device's pending work (ddpc-gpu-host-sync).
+constexpr llvm::StringLiteral kSyncFn = "ddpc_gpu_host_sync";
+
+/// Run-time index checks (ModelABI.h): stream-ordered on the CUDA target
+/// (the runtime copies the checked values on the compute stream), so they
+/// need no host synchronization before them.
+constexpr llvm::StringLiteral kIndexCheckFn = "ddpc_rt_check_indices";
+constexpr llvm::StringLiteral kCountCheckFn = "ddpc_rt_check_count";
+
+/// Gradient buckets (ddpc-bucket-gradient-allreduce, TrainABI.h): NCCL on
+/// the communication stream on the GPU, ordered with events against the
+/// compute stream.
+constexpr llvm::StringLiteral kBucketAddFn = "ddpc_rt_bucket_add_f32";
+constexpr llvm::StringLiteral kBucketStartFn = "ddpc_rt_bucket_allreduce_start";
+constexpr llvm::StringLiteral kBucketWaitFn = "ddpc_rt_bucket_allreduce_wait";
+constexpr llvm::StringLiteral kBucketFns[] = {kBucketAddFn, kBucketStartFn,
+                                              kBucketWaitFn};
+
+/// Copies the device-constant table to the GPU (ddpc-device-constants).
+constexpr llvm::StringLiteral kDeviceConstantsFn = "ddpc_device_constants";
+
+//===----------------------------------------------------------------------===//
+// Helper functions the importer outlines (private, one per shape)
+//===----------------------------------------------------------------------===//
+
+/// Prefix of the memref-level allreduce wrappers, `<prefix><elements>`.
+constexpr llvm::StringLiteral kAllReduceHelperPrefix =
+    "ddpc_allreduce_sum_f32_";
+/// Tensor-level wrappers of kIndexCheckFn and kCountCheckFn.
+constexpr llvm::StringLiteral kIndexCheckHelper = "ddpc_check_indices";
+constexpr llvm::StringLiteral kCountCheckHelper = "ddpc_check_count";
+
+//===----------------------------------------------------------------------===//
+// Program functions: created by the importer and the training-step builder,
+// called by the runtime through the generated glue (ModelABI.h, TrainABI.h)
+//===----------------------------------------------------------------------===//
+
+/// The imported forward graph, and the glue forwarder the inference
+/// runtime calls.
+constexpr llvm::StringLiteral kMainGraphFunc = "main_graph";
+constexpr llvm::StringLiteral kInvokeGlue = "ddpc_invoke";
+/// The training step's functions (MLIR names) and the glue's C forwarders
+/// the training runtime calls (void fn(void **args)).
+constexpr llvm::StringLiteral kTrainMicroFunc = "train_micro";
+constexpr llvm::StringLiteral kApplyFunc = "apply";
+constexpr llvm::StringLiteral kEvalFunc = "eval";
+constexpr llvm::StringLiteral kGradNormFunc = "grad_norm";
+constexpr llvm::StringLiteral kTrainMicroGlue = "ddpc_train_micro";
+constexpr llvm::StringLiteral kApplyGlue = "ddpc_apply";
+constexpr llvm::StringLiteral kEvalGlue = "ddpc_eval";
+constexpr llvm::StringLiteral kGradNormGlue = "ddpc_grad_norm";
+
+/// The 1-D device grid of all ranks that collectives reduce over
+/// (`shard.grid`, size = world size, dynamic).
+constexpr llvm::StringLiteral kWorldGrid = "ddpc_world";
+
+/// The merged GPU module of a CUDA program (ddpc-gpu-merge-modules).
+constexpr llvm::StringLiteral kKernelModule = "ddpc_kernels";
+
+} // namespace ddpc
+
+#endif // DDPC_SUPPORT_RUNTIMESYMBOLS_H
