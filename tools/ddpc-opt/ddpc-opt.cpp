@@ -2,7 +2,8 @@
 //
 // Part of ddpc. Every upstream dialect and pass plus the ddpc pipelines
 // (`--ddpc-graph-opt`, `--ddpc-bufferize`, `--ddpc-lower-to-llvm`,
-// `--ddpc-cpu-pipeline`), for lit tests and for running single passes.
+// `--ddpc-cpu-pipeline`, `--ddpc-gpu-kernels`), for lit tests and for
+// running single passes.
 //
 //===----------------------------------------------------------------------===//
 

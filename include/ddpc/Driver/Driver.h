@@ -48,7 +48,7 @@ struct CompileOptions {
   CPUPipelineOptions pipeline;
   CPUTargetOptions cpu;
   /// When set, writes the IR after import and after every pass as
-  /// DIR/NN_<pass>.mlir.
+  /// DIR/NNNN_<pass-argument>.mlir (0000_import.mlir first).
   std::string dumpIRDir;
   /// MLIR's --mlir-print-ir-after-all, to stderr.
   bool printIRAfterAll = false;
@@ -69,13 +69,13 @@ struct CompileOptions {
 /// What `compile` reports besides the output file.
 struct CompileResult {
   /// (stage name, IR text) in pipeline order: "import", then for training
-  /// programs "training" and "parallel", then "fused", then with --target
-  /// cuda "gpu-kernels" and "nvvm", then "lowered". Filled
+  /// programs "training", then "fused", then with --target cuda
+  /// "gpu-kernels", "nvvm" and "lowered", else "bufferized" and "lowered". Filled
   /// when CompileOptions::captureStages is set.
   std::vector<std::pair<std::string, std::string>> stages;
   /// The compiler's plan as JSON: inputs, outputs, parameters (bytes),
   /// collectives and their sizes (bytes). Tensors give "dtype" as the NumPy
-  /// name ("float32", see Runtime/DTypes.h) and "onnx_dtype" as the ONNX
+  /// name ("float32", see Support/DTypes.h) and "onnx_dtype" as the ONNX
   /// TensorProto.DataType number (1).
   std::string reportJSON;
 };

@@ -26,7 +26,8 @@ struct CPUPipelineOptions {
   /// Fuse producer/consumer elementwise linalg ops on tensors.
   bool fuseElementwise = true;
   /// Gradient bucket cap in MiB (ddpc-bucket-gradient-allreduce; PyTorch
-  /// DDP's bucket_cap_mb). The first bucket holds at most 1 MiB.
+  /// DDP's bucket_cap_mb). A bucket closes once it holds at least its cap;
+  /// the first bucket's cap is 1 MiB, so communication starts early.
   double bucketCapMB = 25.0;
 };
 

@@ -11,7 +11,8 @@
 //    pooling: `o * s + k * d`), every loop of the cotangent generic is a
 //    reduction loop, i.e. a scatter-add, which the loop lowering executes
 //    sequentially. A reduction body `max(acc, x)` sends the cotangent to the
-//    elements equal to the result (ties all receive it).
+//    first element (in iteration order) equal to the result, as PyTorch's
+//    max_pool and max(dim) do; to every tie where no order is known.
 //  - tensor.pad / extract_slice / insert_slice / collapse_shape /
 //    expand_shape: the adjoint data movement.
 //  - linalg.fill, tensor.empty, arith.constant: no cotangent.

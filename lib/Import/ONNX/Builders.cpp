@@ -30,46 +30,20 @@ using namespace mlir;
 
 namespace ddpc::onnx_import {
 
-bool isFloatDType(int32_t t) {
-  return t == kFloat || t == kDouble || t == kFloat16 || t == kBFloat16;
-}
+bool isFloatDType(int32_t t) { return isDTypeKind(t, DTypeKind::Float); }
 bool isUnsignedDType(int32_t t) {
-  return t == kUInt8 || t == kUInt16 || t == kUInt32 || t == kUInt64;
+  return isDTypeKind(t, DTypeKind::UnsignedInt);
 }
 bool isSignedIntDType(int32_t t) {
-  return t == kInt8 || t == kInt16 || t == kInt32 || t == kInt64;
+  return isDTypeKind(t, DTypeKind::SignedInt);
 }
 
 const char *dtypeName(int32_t t) {
+  if (const DTypeInfo *info = lookupDType(t))
+    return info->name;
   switch (t) {
-  case kFloat:
-    return "float32";
-  case kUInt8:
-    return "uint8";
-  case kInt8:
-    return "int8";
-  case kUInt16:
-    return "uint16";
-  case kInt16:
-    return "int16";
-  case kInt32:
-    return "int32";
-  case kInt64:
-    return "int64";
   case kString:
     return "string";
-  case kBool:
-    return "bool";
-  case kFloat16:
-    return "float16";
-  case kDouble:
-    return "float64";
-  case kUInt32:
-    return "uint32";
-  case kUInt64:
-    return "uint64";
-  case kBFloat16:
-    return "bfloat16";
   default: {
     // The ONNX enum's own name, so that messages such as "has dtype X"
     // name it; the ONNX 1.12 library predates the 8- and 4-bit types

@@ -11,6 +11,7 @@
 
 #include "ddpc/Import/ONNX/Importer.h"
 #include "ddpc/Import/ONNX/TensorBuilders.h"
+#include "ddpc/Support/DTypes.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -28,25 +29,8 @@
 
 namespace ddpc::onnx_import {
 
-/// ONNX TensorProto.DataType numbers used throughout the importer.
-enum DType : int32_t {
-  kUndefined = 0,
-  kFloat = 1,
-  kUInt8 = 2,
-  kInt8 = 3,
-  kUInt16 = 4,
-  kInt16 = 5,
-  kInt32 = 6,
-  kInt64 = 7,
-  kString = 8,
-  kBool = 9,
-  kFloat16 = 10,
-  kDouble = 11,
-  kUInt32 = 12,
-  kUInt64 = 13,
-  kBFloat16 = 16,
-};
-
+// The dtype numbers (kFloat, kInt64, ...) and their table are ddpc's own
+// (Support/DTypes.h); these answer the importer's questions with it.
 bool isFloatDType(int32_t t);
 bool isUnsignedDType(int32_t t);
 bool isSignedIntDType(int32_t t);

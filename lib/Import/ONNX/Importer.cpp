@@ -246,32 +246,16 @@ std::string printableText(StringRef text) {
 
 Type GraphImporter::elementType(int32_t dtype) {
   MLIRContext *ctx = &context;
-  switch (dtype) {
-  case kFloat:
-    return Float32Type::get(ctx);
-  case kDouble:
-    return Float64Type::get(ctx);
-  case kFloat16:
-    return Float16Type::get(ctx);
-  case kBFloat16:
-    return BFloat16Type::get(ctx);
-  case kBool:
-    return IntegerType::get(ctx, 1);
-  case kInt8:
-  case kUInt8:
-    return IntegerType::get(ctx, 8);
-  case kInt16:
-  case kUInt16:
-    return IntegerType::get(ctx, 16);
-  case kInt32:
-  case kUInt32:
-    return IntegerType::get(ctx, 32);
-  case kInt64:
-  case kUInt64:
-    return IntegerType::get(ctx, 64);
-  default:
+  const DTypeInfo *info = lookupDType(dtype);
+  if (!info)
     return nullptr;
-  }
+  if (info->kind != DTypeKind::Float)
+    return IntegerType::get(ctx, info->bits); // signless; TValue::dtype
+  if (dtype == kBFloat16)
+    return BFloat16Type::get(ctx);
+  return info->bits == 16   ? Type(Float16Type::get(ctx))
+         : info->bits == 32 ? Type(Float32Type::get(ctx))
+                            : Type(Float64Type::get(ctx));
 }
 
 TValue GraphImporter::materialize(StringRef name) {

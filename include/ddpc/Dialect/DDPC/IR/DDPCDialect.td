@@ -25,7 +25,7 @@ def DDPC_Dialect : Dialect {
     On function arguments and results (the program's ABI):
       ddpc.name   : StringAttr   ONNX value name of the input/output
       ddpc.dtype  : IntegerAttr  ONNX TensorProto.DataType (i32)
-      ddpc.role   : StringAttr   input, output, parameter, buffer,
+      ddpc.role   : StringAttr   input, output, param, buffer,
                                  buffer_update, rng, grad_acc, new_grad_acc
     On the module (the importer):
       ddpc.graph_name   : StringAttr  the ONNX graph's name
