@@ -9,7 +9,6 @@ median inference latency of both (ratio ddpc/onnxruntime, same process
 count and threads: onnxruntime pinned to 1 intra-op thread like ddpc).
 """
 import argparse
-import os
 import pathlib
 import re
 import subprocess

@@ -11,7 +11,8 @@ See :func:`compile`, :class:`Program`, :class:`TrainConfig`.
 
 from __future__ import annotations
 
-from ._compile import CompileError, TrainConfig, compile, supported_ops
+from ._compile import compile, supported_ops
+from ._config import CompileError, TrainConfig
 from ._program import Program, TensorSpec, TrainResult
 
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _dtypes
-from ._compile import TrainConfig, _Request
+from ._config import TrainConfig, _Request
 
 _ALIGN = 64  # ModelABI.h: buffers are 64-byte aligned
 

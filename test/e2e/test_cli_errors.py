@@ -3,14 +3,12 @@ code, and no output file (nothing half-written)."""
 import os
 import subprocess
 
-import pathlib
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def compile_model(ddpc, model_path, out_path, *extra):
@@ -568,8 +566,6 @@ def test_names_that_are_not_utf8_give_printable_errors(tmp_path):
     """Op types and node names are arbitrary bytes in a model; errors name
     them with \\xNN escapes (Python raised UnicodeDecodeError instead of
     CompileError)."""
-    import sys
-    sys.path.insert(0, str(ROOT / "build" / "python"))
     import ddpc as ddpc_py
     m = shape_model([helper.make_node("Relu", ["x"], ["y"])],
                     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])])

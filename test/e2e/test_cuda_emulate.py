@@ -11,21 +11,19 @@ rewrites and the GEMM mapping; the remaining steps to PTX are upstream
 (and are checked for well-formedness by ptxas in test_cuda_target.py).
 
 Oracles: onnxruntime (inference), the numpy re-implementation of training
-in test_training.py, and the data-parallel invariant.
+in ddpc_testing.py, and the data-parallel invariant.
 """
 import json
-import pathlib
 import subprocess
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-from test_models import EXAMPLES, run_ddpc
-from test_training import (MPIRUN, OPTIMIZERS, assert_close_weights, compile_train, data,
-                           mlp_model, numpy_train, run_train, weights)
+from ddpc_testing import (EXAMPLES, MPIRUN, OPTIMIZERS, ROOT, assert_close_weights,
+                          compile_train, data, mlp_model, numpy_train, run_ddpc, run_train,
+                          weights)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 EMULATE = ["--target", "cuda-emulate"]
 
 

@@ -14,8 +14,8 @@ import subprocess
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD = ROOT / "build"
+from ddpc_testing import BUILD, ROOT
+
 READELF = shutil.which("llvm-readelf") or "/usr/lib/llvm-22/bin/llvm-readelf"
 
 # (model, extra compile flags): training programs and one inference program.

@@ -10,9 +10,6 @@ integer data. Each run is 2 ranks x batch 4 for 20 optimizer steps in file
 order (`--no-shuffle`: rank r of step s reads rows [(2s + r) 4, ...+4)),
 which DDP with the same contiguous split computes as one batch of 8.
 """
-import json
-import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -20,8 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+from ddpc_testing import ENV, MPIRUN, weights
+
 V, D, S, C = 11, 6, 5, 4  # vocabulary, embedding width, tokens per sample, classes
 B, RANKS, STEPS = 4, 2, 20
 
@@ -111,10 +108,6 @@ def run(prog, tmp, *args, ranks=RANKS):
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp)
-
-
-def weights(path):
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
 
 
 def token_data(tmp, classes, file_dtype=np.int64, seed=1):

@@ -10,7 +10,6 @@ with exit 1 or 2, never a signal.
 `scripts/fuzz` replays the same inputs through the sanitizer builds; this
 test keeps the fixes in `make test` without them.
 """
-import pathlib
 import subprocess
 
 import numpy as np
@@ -18,7 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from ddpc_testing import ROOT
+
 CASES = ROOT / "test" / "fuzz"
 
 

@@ -9,16 +9,14 @@ central difference (f(x + h e_i) - f(x - h e_i)) / 2h of <f(x), cotangent>,
 with f evaluated by the same program's forward outputs (whose correctness
 the ONNX backend tests establish independently).
 """
-import pathlib
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "build" / "python"))
+from ddpc_testing import ROOT, check_gradients
+
 ddpc = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
 
 D = TensorProto.DOUBLE
@@ -33,56 +31,6 @@ def model(nodes, inputs, outputs, inits=(), opset=17):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
-
-
-def aligned(x, align=64):
-    """A copy of `x` at a 64-byte aligned address, which Program.run passes
-    to the compiled code without copying it."""
-    raw = np.empty(x.nbytes + align, np.uint8)
-    offset = (-raw.ctypes.data) % align
-    out = raw[offset:offset + x.nbytes].view(x.dtype).reshape(x.shape)
-    out[...] = x
-    return out
-
-
-def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), target="cpu"):
-    prog = ddpc.compile(m, vjp=True, onnx_checker=False, target=target)
-    feeds = {}
-    for name, shape in inputs:
-        x = rng.standard_normal(shape)
-        if name in positive:
-            x = np.abs(x) + 0.5
-        feeds[name] = aligned(x)
-    outs = [o.name for o in m.graph.output]
-    specs = {s.name: s for s in prog.inputs}
-    cts = {f"d_{o}": aligned(rng.standard_normal(tuple(specs[f"d_{o}"].shape)).astype(
-        specs[f"d_{o}"].dtype)) for o in outs}
-
-    def objective(f):
-        r = prog.run({**f, **cts})
-        return sum(float(np.sum(r[o] * cts[f"d_{o}"])) for o in outs)
-
-    # The program reads its inputs in place (aligned arrays are not
-    # copied) and must never write them: the Concat VJP once zeroed part of
-    # its cotangent input, which made every later finite difference wrong.
-    before = {k: v.copy() for k, v in {**feeds, **cts}.items()}
-    res = prog.run({**feeds, **cts})
-    for k, v in {**feeds, **cts}.items():
-        np.testing.assert_array_equal(v, before[k], err_msg=f"the program wrote its input '{k}'")
-    for name, _ in inputs:
-        analytic = res[f"d_{name}"]
-        numeric = np.zeros_like(feeds[name])
-        flat = feeds[name].reshape(-1)
-        for i in range(flat.size):
-            orig = flat[i]
-            flat[i] = orig + h
-            fp = objective(feeds)
-            flat[i] = orig - h
-            fm = objective(feeds)
-            flat[i] = orig
-            numeric.reshape(-1)[i] = (fp - fm) / (2 * h)
-        np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"gradient of input '{name}'")
 
 
 X34 = [("x", [3, 4])]

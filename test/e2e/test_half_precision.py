@@ -9,16 +9,11 @@ ops in float32 from float16 inputs and rounds the result (issue 17's wrong
 results, found by the adversarial trial). Oracle: onnxruntime on the same
 float16 model; tolerance: a few float16 ulps of the result.
 """
-import pathlib
-import sys
-
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "build" / "python"))
 ddpc = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
 
 H = TensorProto.FLOAT16

@@ -12,8 +12,6 @@ Oracle (an invariant): the merged model trains exactly like the same model
 with distinct initializers, as the exporter wrote it before merging; and the
 saved model runs in onnxruntime like the unmerged one.
 """
-import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -22,8 +20,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+from ddpc_testing import ENV, MPIRUN
+
 C, K, N = 3, 4, 32  # channels, classes, samples
 
 

@@ -3,31 +3,14 @@
 Models: the example CNNs in examples/models (LeNet-5 and a residual CNN with
 BatchNorm, built in the graph form PyTorch's exporter writes) and two
 PyTorch-exported modules from the ONNX backend data (pytorch-converted)."""
-import os
 import pathlib
-import subprocess
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "models"
-
-
-def run_ddpc(ddpc, model_path, feeds, tmp_path, *compile_args):
-    prog = tmp_path / "prog"
-    proc = subprocess.run([ddpc, "compile", str(model_path), "-o", str(prog), *compile_args],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    cmd = [str(prog), "--output-dir", str(tmp_path / "out")]
-    for name, value in feeds.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        cmd += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    return run
+from ddpc_testing import EXAMPLES, run_ddpc
 
 
 @pytest.mark.parametrize("model,shape", [("lenet", (4, 1, 28, 28)),

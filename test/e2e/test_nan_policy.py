@@ -15,8 +15,6 @@ global batch (the invariant of skipping); the numpy MLP of test_training
 for the finite steps; the messages name what the test planted.
 """
 import json
-import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -24,8 +22,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+from ddpc_testing import ENV, MPIRUN, weights
+
 F, C, H, B = 6, 3, 8, 4
 
 
@@ -78,10 +76,6 @@ def run(prog, tmp, *args, ranks=1, x="x.npy", y="y.npy"):
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120)
-
-
-def weights(path):
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
 
 
 needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")

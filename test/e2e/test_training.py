@@ -10,8 +10,6 @@ oracles:
 """
 import json
 import os
-import pathlib
-import shutil
 import signal
 import subprocess
 import time
@@ -22,36 +20,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-F, C, H = 12, 5, 16  # features, classes, hidden units
-
-
-def mlp_model(path, seed=0, dropout=0.0):
-    rng = np.random.default_rng(seed)
-    inits = {
-        "W1": (rng.standard_normal((F, H)) * 0.3).astype(np.float32),
-        "b1": (rng.standard_normal(H) * 0.1).astype(np.float32),
-        "W2": (rng.standard_normal((H, C)) * 0.3).astype(np.float32),
-        "b2": (rng.standard_normal(C) * 0.1).astype(np.float32),
-    }
-    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h0"]),
-             helper.make_node("Add", ["h0", "b1"], ["h"]),
-             helper.make_node("Relu", ["h"], ["r0"])]
-    if dropout:
-        nodes.append(helper.make_node("Dropout", ["r0", "ratio"], ["r"]))
-        extra = [numpy_helper.from_array(np.array(dropout, np.float32), "ratio")]
-    else:
-        nodes.append(helper.make_node("Identity", ["r0"], ["r"]))
-        extra = []
-    nodes.append(helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"]))
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()] + extra)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return inits
+from ddpc_testing import (C, ENV, F, MPIRUN, OPTIMIZERS, assert_close_weights, compile_train,
+                          data, mlp_model, numpy_train, run_train, weights)
 
 
 def bn_model(path, seed=0):
@@ -76,88 +46,6 @@ def bn_model(path, seed=0):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
-
-
-def data(n, seed=1, shape=(F,)):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, *shape)).astype(np.float32)
-    y = rng.integers(0, C, n).astype(np.int64)
-    return x, y
-
-
-def compile_train(ddpc, model, out, batch, *args):
-    proc = subprocess.run([ddpc, "compile", str(model), "--train", "--batch-size", str(batch),
-                           "-o", str(out), *args], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
-def run_train(prog, tmp, ranks=1, *args, check=True, env=None):
-    x, y = tmp / "x.npy", tmp / "y.npy"
-    cmd = [str(prog), "--data", str(x), "--labels", str(y), "--quiet", *args]
-    if ranks > 1:
-        cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(ENV, **(env or {})),
-                          cwd=tmp)
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def weights(path):
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
-
-
-def assert_close_weights(a, b, rtol=1e-5):
-    assert a.keys() == b.keys()
-    for k in a:
-        scale = max(np.max(np.abs(b[k])), 1e-6)
-        diff = np.max(np.abs(a[k] - b[k])) / scale
-        assert diff <= rtol, f"{k}: max relative difference {diff:.3g}"
-
-
-# ---------------------------------------------------------------- numpy oracle
-
-def numpy_train(p, x, y, batch, steps, opt):
-    p = {k: v.astype(np.float64) for k, v in p.items()}
-    state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
-    for t in range(1, steps + 1):
-        xb = x[(t - 1) * batch: t * batch].astype(np.float64)
-        yb = y[(t - 1) * batch: t * batch]
-        h = xb @ p["W1"] + p["b1"]
-        r = np.maximum(h, 0)
-        z = r @ p["W2"] + p["b2"]
-        e = np.exp(z - z.max(1, keepdims=True))
-        sm = e / e.sum(1, keepdims=True)
-        dz = (sm - np.eye(C)[yb]) / batch
-        g = {"W2": r.T @ dz, "b2": dz.sum(0)}
-        dh = (dz @ p["W2"].T) * (h > 0)
-        g["W1"], g["b1"] = xb.T @ dh, dh.sum(0)
-        for k in p:
-            if opt["name"] == "sgd":
-                d = g[k] + opt["wd"] * p[k]
-                buf = d if t == 1 else opt["momentum"] * state[k][0] + d
-                state[k][0] = buf
-                d = d + opt["momentum"] * buf if opt["nesterov"] else buf
-                p[k] = p[k] - opt["lr"] * d
-            else:
-                b1, b2 = 0.9, 0.999
-                p[k] = p[k] * (1 - opt["lr"] * opt["wd"])
-                m = state[k][0] = b1 * state[k][0] + (1 - b1) * g[k]
-                v = state[k][1] = b2 * state[k][1] + (1 - b2) * g[k] ** 2
-                denom = np.sqrt(v) / np.sqrt(1 - b2 ** t) + 1e-8
-                p[k] = p[k] - opt["lr"] / (1 - b1 ** t) * m / denom
-    return p
-
-
-OPTIMIZERS = {
-    "sgd-momentum": (["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01"],
-                     dict(name="sgd", lr=0.1, momentum=0.9, wd=0.01, nesterov=False)),
-    "sgd-nesterov": (["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--nesterov"],
-                     dict(name="sgd", lr=0.05, momentum=0.8, wd=0.0, nesterov=True)),
-    "adamw": (["--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05"],
-              dict(name="adamw", lr=0.01, wd=0.05)),
-}
 
 
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))

@@ -15,9 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ddpc
+from ddpc_testing import EXAMPLES
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "models"
 LENET = EXAMPLES / "lenet.onnx"
 RESNET = EXAMPLES / "resnet_mini.onnx"
 

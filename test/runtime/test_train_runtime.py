@@ -12,9 +12,87 @@ import time
 import numpy as np
 import pytest
 
-from train_helpers import (MPI_ENV, MPIRUN, MT19937_64, ROOT, UNITTEST_DIR,
-                      fixture_path, load_onnx_weights, make_dataset,
-                      oracle_train, permutation, run_train)
+from ddpc_testing import ENV, MPIRUN, MT19937_64, ROOT, UNITTEST_DIR, permutation, weights
+
+# The fixture programs are the training main() linked with
+# unittests/Runtime/FakeTrainModel.cpp (softmax regression, SGD with
+# momentum); oracle_train below is numpy's version of their training.
+MOMENTUM, WEIGHT_DECAY, BUFFER_MOMENTUM, DEFAULT_LR = 0.9, 1e-4, 0.1, 0.1
+F, C = 4, 3  # features, classes
+
+
+def fixture_path(name: str = "ddpc-train-fixture") -> str:
+    path = UNITTEST_DIR / name
+    if not path.exists():
+        pytest.fail(f"{path} not found: build the ddpc-train-fixture* targets "
+                    "(or set DDPC_UNITTEST_DIR)")
+    return str(path)
+
+
+def run_train(args, ranks=1, program="ddpc-train-fixture", env=None, timeout=60,
+              plain=False):
+    """Runs a fixture; ranks > 1 (or plain=False) goes through mpirun."""
+    full_env = dict(ENV, **(env or {}))
+    cmd = [fixture_path(program), *map(str, args)]
+    if not plain:
+        if MPIRUN is None:
+            pytest.skip("mpirun not found")
+        cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+
+
+def initial_params():
+    i = np.arange(F * C)
+    w = (0.05 * ((i * 7) % 11 - 5)).astype(np.float32).reshape(F, C)
+    b = (0.01 * np.arange(C)).astype(np.float32)
+    return w, b
+
+
+def make_dataset(path: pathlib.Path, n=64, seed=0, label_dtype=np.int64):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, F)).astype(np.float32)
+    y = np.argmax(x @ rng.normal(size=(F, C)) + 0.3 * rng.normal(size=(n, C)), 1)
+    xp, yp = path / f"x{seed}.npy", path / f"y{seed}.npy"
+    np.save(xp, x)
+    np.save(yp, y.astype(label_dtype))
+    return x, y.astype(np.int64), xp, yp
+
+
+def oracle_train(x, y, global_batch, accum, epochs, seed=0, shuffle=True,
+                 lr=DEFAULT_LR, max_steps=None):
+    """The runtime's step loop for FakeTrainModel on one rank, in float64.
+    Returns (W, b, running_mean, per-step losses)."""
+    w, b = (p.astype(np.float64) for p in initial_params())
+    mom_w, mom_b = np.zeros_like(w), np.zeros_like(b)
+    rmean = np.zeros(F)
+    n = len(x)
+    steps = n // (global_batch * accum)
+    losses = []
+    for epoch in range(epochs):
+        order = permutation(n, seed + epoch) if shuffle else list(range(n))
+        for s in range(steps):
+            if max_steps is not None and len(losses) >= max_steps:
+                return w, b, rmean, losses
+            gw, gb, loss = np.zeros_like(w), np.zeros_like(b), 0.0
+            for k in range(accum):
+                idx = order[(s * accum + k) * global_batch:][:global_batch]
+                xb, yb = x[idx].astype(np.float64), y[idx]
+                logits = xb @ w + b
+                logits -= logits.max(1, keepdims=True)
+                p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+                loss += -np.log(p[np.arange(len(yb)), yb]).mean()
+                d = p.copy()
+                d[np.arange(len(yb)), yb] -= 1
+                d /= len(yb)
+                gw += xb.T @ d
+                gb += d.sum(0)
+                rmean = (1 - BUFFER_MOMENTUM) * rmean + BUFFER_MOMENTUM * xb.mean(0)
+            gw, gb = gw / accum + WEIGHT_DECAY * w, gb / accum + WEIGHT_DECAY * b
+            mom_w, mom_b = MOMENTUM * mom_w + gw, MOMENTUM * mom_b + gb
+            w, b = w - lr * mom_w, b - lr * mom_b
+            losses.append(loss / accum)
+    return w, b, rmean, losses
 
 
 def assert_ok(proc):
@@ -46,7 +124,7 @@ def test_single_rank_matches_numpy(tmp_path, shuffle):
     assert_ok(proc)
     w, b, rmean, losses = oracle_train(x, y, 4, 1, 3, seed=11, shuffle=shuffle,
                                        lr=0.05)
-    got = load_onnx_weights(tmp_path / "t.onnx")
+    got = weights(tmp_path / "t.onnx")
     assert rel_diff(got["W"], w) < 1e-5
     assert rel_diff(got["b"], b) < 1e-5
     assert rel_diff(got["running_mean"], rmean) < 1e-5
@@ -61,7 +139,7 @@ def test_single_rank_matches_numpy(tmp_path, shuffle):
 
 def test_data_parallel_invariant(tmp_path):
     """2 ranks x batch 4 == 1 rank x batch 8 == 1 rank x batch 4 x 2
-    micro-batches; rank 1's different initial weights are overwritten by rank
+    micro-batches; rank 1's different initial saved are overwritten by rank
     0's broadcast."""
     x, y, xp, yp = make_dataset(tmp_path, n=80)
     common = ["--data", xp, "--labels", yp, "--epochs", 3, "--shuffle-seed", 5]
@@ -71,25 +149,25 @@ def test_data_parallel_invariant(tmp_path):
         "np1_b8": dict(ranks=1, program="ddpc-train-fixture-b8", plain=True),
         "np1_b4_k2": dict(ranks=1, program="ddpc-train-fixture-k2", plain=True),
     }
-    weights = {}
+    saved = {}
     for name, kw in runs.items():
         out = tmp_path / f"{name}.onnx"
         assert_ok(run_train(common + ["--save", out], **kw))
-        weights[name] = load_onnx_weights(out)
+        saved[name] = weights(out)
     w, b, rmean, _ = oracle_train(x, y, 8, 1, 3, seed=5)
-    ref = weights["np1_b8"]
+    ref = saved["np1_b8"]
     assert rel_diff(ref["W"], w) < 1e-5
     for name in ("np2_b4", "np1_b4_k2"):
         for p in ("W", "b"):
-            assert rel_diff(weights[name][p], ref[p]) <= 1e-5, (name, p)
+            assert rel_diff(saved[name][p], ref[p]) <= 1e-5, (name, p)
     # Buffers are averaged over ranks after each step: linear statistics match.
-    assert rel_diff(weights["np2_b4"]["running_mean"], ref["running_mean"]) <= 1e-5
+    assert rel_diff(saved["np2_b4"]["running_mean"], ref["running_mean"]) <= 1e-5
     # 2 ranks with K=2 see the same global batches (16 per step).
     out = tmp_path / "np2_k2.onnx"
     assert_ok(run_train(common + ["--save", out], ranks=2,
                         program="ddpc-train-fixture-k2"))
     w16, b16, _, _ = oracle_train(x, y, 8, 2, 3, seed=5)
-    got = load_onnx_weights(out)
+    got = weights(out)
     assert rel_diff(got["W"], w16) < 1e-5 and rel_diff(got["b"], b16) < 1e-5
 
 
@@ -111,8 +189,8 @@ def test_resume_is_bitwise_identical(tmp_path, ranks):
                      ranks=ranks, plain=plain)
     assert_ok(proc)
     assert "resumed from" in proc.stdout
-    full = load_onnx_weights(tmp_path / "full.onnx")
-    resumed = load_onnx_weights(tmp_path / "resumed.onnx")
+    full = weights(tmp_path / "full.onnx")
+    resumed = weights(tmp_path / "resumed.onnx")
     for name in ("W", "b", "running_mean"):
         assert full[name].tobytes() == resumed[name].tobytes(), name
     # A checkpoint of another model's optimizer is refused with a reason.
@@ -133,17 +211,17 @@ def test_saved_onnx_runs_in_onnxruntime(tmp_path):
                          "--val-data", xp, "--val-labels", yp], plain=True))
     model = onnx.load(str(out))
     onnx.checker.check_model(model)
-    weights = load_onnx_weights(out)
-    assert set(weights) == {"W", "b", "running_mean"}
+    params = weights(out)
+    assert set(params) == {"W", "b", "running_mean"}
     w, b, rmean, _ = oracle_train(x, y, 4, 1, 2)
-    assert rel_diff(weights["W"], w) < 1e-5
+    assert rel_diff(params["W"], w) < 1e-5
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     probs, mean_out = sess.run(None, {"x": x})
-    logits = x.astype(np.float64) @ weights["W"] + weights["b"]
+    logits = x.astype(np.float64) @ params["W"] + params["b"]
     expect = np.exp(logits - logits.max(1, keepdims=True))
     expect /= expect.sum(1, keepdims=True)
     np.testing.assert_allclose(probs, expect, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(mean_out, weights["running_mean"])
+    np.testing.assert_array_equal(mean_out, params["running_mean"])
 
 
 def rank_pids(parent_pid, rank):
@@ -177,7 +255,7 @@ def test_dead_rank_ends_job(tmp_path, sig):
     cmd = [MPIRUN, "--oversubscribe", "-np", "2", fixture_path(), "--data", str(xp),
            "--labels", str(yp), "--epochs", "1000", "--log-json", str(log),
            "--timeout", "3", "--quiet"]
-    env = dict(os.environ, **MPI_ENV, DDPC_FIXTURE_SLEEP_MS="20")
+    env = dict(ENV, DDPC_FIXTURE_SLEEP_MS="20")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     try:
@@ -246,7 +324,7 @@ def test_label_dtypes_are_converted(tmp_path):
         out = tmp_path / f"{np.dtype(dtype).name}.onnx"
         assert_ok(run_train(["--data", xp, "--labels", tmp_path / "yd.npy",
                              "--epochs", 1, "--save", out], plain=True))
-        outs.append(load_onnx_weights(out)["W"].tobytes())
+        outs.append(weights(out)["W"].tobytes())
     assert outs[0] == outs[1] == outs[2]
 
 
@@ -262,6 +340,6 @@ def test_driver_style_link(tmp_path):
                     str(archive), *flags, "-lm", "-lpthread", "-o", str(exe)],
                    check=True, timeout=120)
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True,
-                          timeout=30, env=dict(os.environ, **MPI_ENV))
+                          timeout=30, env=ENV)
     assert_ok(proc)
     assert "fake_train" in proc.stdout and "--resume" in proc.stdout

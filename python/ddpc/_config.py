@@ -1,0 +1,273 @@
+"""Types that ``ddpc.compile`` and ``ddpc.Program`` share: :class:`CompileError`,
+:class:`TrainConfig`, the keyword options of ``compile()`` and the compile
+request (``_Request``) a Program recompiles from, plus the table of CLI
+option names and their Python spellings that compile errors are annotated
+with. Kept apart from ``_compile`` and ``_program`` so that neither imports
+the other's module for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._native import native, runtime_lib_dir
+
+
+class CompileError(Exception):
+    """ddpc could not compile the model.
+
+    Attributes:
+        message: the one-line message the ``ddpc`` CLI prints after
+            ``error:``; it names the op type, node, domain and opset when an
+            op is at fault.
+        unsupported: True when the model uses an op, attribute or dtype that
+            ddpc does not support (CLI exit code 2), False for an invalid
+            model, a bad option or a tool failure (exit code 1).
+    """
+
+    def __init__(self, message: str, unsupported: bool = False) -> None:
+        hint = _python_names(message)
+        super().__init__(f"{message} [in Python: {hint}]" if hint else message)
+        self.message = message
+        self.unsupported = unsupported
+
+
+#: Python spellings of the CLI options that compile errors name.
+_CLI_TO_PYTHON = {
+    "--batch-size": "batch_size=",
+    "--dim": "dims={name: value}",
+    "--bind-input": "bind_inputs=",
+    "--target": "target=",
+    "--cuda-arch": "cuda_arch=",
+    "--dump-ir": "dump_ir=",
+    "--vjp": "vjp=True",
+    "--train": "train=TrainConfig(...)",
+    "--loss": "TrainConfig.loss",
+    "--label-input": "TrainConfig.label_input",
+    "--freeze": "TrainConfig.freeze",
+    "--optimizer": "TrainConfig.optimizer",
+}
+
+
+def _python_names(message: str) -> str:
+    """'--batch-size is batch_size=, ...' for the CLI options `message`
+    names that are spelled differently in Python ('' when none); options
+    already followed by their Python name in parentheses are skipped."""
+    seen = []
+    for m in re.finditer(r"(--[a-z][a-z-]*)(?![a-z-])( \(TrainConfig)?", message):
+        flag = m.group(1)
+        if m.group(2) or flag not in _CLI_TO_PYTHON or flag in seen:
+            continue
+        seen.append(flag)
+    return ", ".join(f"{f} is {_CLI_TO_PYTHON[f]}" for f in seen)
+
+
+_LOSSES = ("cross-entropy", "mse", "output")
+_OPTIMIZERS = ("sgd", "adamw")
+#: Largest float32: hyper-parameters are float32 in the compiled program.
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """How ``ddpc.compile(..., train=TrainConfig(...))`` builds a training
+    program (``ddpc compile --train``). Mirrors ``ddpc::TrainOptions``;
+    optimizers follow ``torch.optim.SGD`` and ``torch.optim.AdamW``.
+
+    Attributes:
+        loss: ``"cross-entropy"`` (logits ``[B, C]`` float32, labels ``[B]``
+            int64), ``"mse"`` (float32 labels shaped like the output) or
+            ``"output"`` (the model's first output is already the loss).
+        optimizer: ``"sgd"`` or ``"adamw"``.
+        lr: learning rate.
+        momentum, dampening, nesterov: SGD momentum settings.
+        weight_decay: L2 penalty (SGD) or decoupled weight decay (AdamW).
+        betas, eps: AdamW coefficients.
+        batch_size: per-rank micro-batch size B; binds the leading dimension
+            of every input (same as ``compile(batch_size=...)``).
+        grad_accum_steps: micro-batches accumulated per optimizer step.
+        freeze: names of initializers that are not trained.
+        sync_batchnorm: BatchNormalization statistics over the global batch.
+        bucket_cap_mb: gradient allreduce bucket cap in MiB (PyTorch DDP's
+            ``bucket_cap_mb``); buckets start during backward.
+        label_input: graph input holding the labels; None adds an input
+            ``labels``.
+
+    Raises:
+        ValueError: on construction, for an unknown loss or optimizer or an
+            out-of-range number.
+    """
+
+    loss: str = "cross-entropy"
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    batch_size: int | None = None
+    grad_accum_steps: int = 1
+    freeze: Sequence[str] = ()
+    sync_batchnorm: bool = False
+    bucket_cap_mb: float = 25.0
+    label_input: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss not in _LOSSES:
+            raise ValueError(
+                f"TrainConfig.loss must be one of {_LOSSES}, got {self.loss!r}"
+            )
+        if self.optimizer not in _OPTIMIZERS:
+            raise ValueError(
+                f"TrainConfig.optimizer must be one of {_OPTIMIZERS}, got {self.optimizer!r}"
+            )
+
+        def finite(v: object) -> bool:
+            return (
+                isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and abs(v) <= _FLT_MAX
+            )
+
+        if not (finite(self.lr) and self.lr >= 0):
+            raise ValueError(
+                f"TrainConfig.lr must be a finite float32 >= 0, got {self.lr!r}"
+            )
+        for field in ("momentum", "weight_decay", "eps"):
+            v = getattr(self, field)
+            if not (finite(v) and v >= 0):
+                raise ValueError(
+                    f"TrainConfig.{field} must be a finite number >= 0, got {v!r}"
+                )
+        if not finite(self.dampening):
+            raise ValueError(
+                f"TrainConfig.dampening must be a finite number, got {self.dampening!r}"
+            )
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("TrainConfig.nesterov needs momentum > 0 and dampening 0")
+        if len(self.betas) != 2 or not all(
+            finite(b) and 0 <= b < 1 for b in self.betas
+        ):
+            raise ValueError(
+                f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}"
+            )
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ValueError(
+                f"TrainConfig.batch_size must be > 0, got {self.batch_size}"
+            )
+        if self.grad_accum_steps < 1:
+            raise ValueError(
+                f"TrainConfig.grad_accum_steps must be >= 1, got {self.grad_accum_steps}"
+            )
+        if (
+            isinstance(self.bucket_cap_mb, bool)
+            or not isinstance(self.bucket_cap_mb, (int, float))
+            or not math.isfinite(self.bucket_cap_mb)
+            or not self.bucket_cap_mb > 0
+        ):
+            raise ValueError(
+                "TrainConfig.bucket_cap_mb must be a positive finite number of MiB, "
+                f"got {self.bucket_cap_mb!r}"
+            )
+        if isinstance(self.freeze, str):
+            raise ValueError(
+                "TrainConfig.freeze is a list of initializer names, not a string"
+            )
+        self.freeze = tuple(self.freeze)
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    def _to_native(self) -> Any:
+        opts = native().TrainOptions()
+        opts.enabled = True
+        opts.loss = self.loss
+        opts.label_input = self.label_input or ""
+        opts.optimizer = self.optimizer
+        opts.lr = float(self.lr)
+        opts.momentum = float(self.momentum)
+        opts.dampening = float(self.dampening)
+        opts.nesterov = bool(self.nesterov)
+        opts.weight_decay = float(self.weight_decay)
+        opts.beta1, opts.beta2 = self.betas
+        opts.eps = float(self.eps)
+        opts.grad_accum_steps = int(self.grad_accum_steps)
+        opts.freeze = list(self.freeze)
+        opts.sync_batchnorm = bool(self.sync_batchnorm)
+        opts.bucket_cap_mb = float(self.bucket_cap_mb)
+        return opts
+
+
+# Keyword options of compile() beyond the named ones, with their defaults.
+_EXTRA_OPTIONS: dict[str, Any] = {
+    "cpu": "native",  # LLVM CPU name: native, generic, skylake, ...
+    "opt_level": 3,  # LLVM optimization level 0-3
+    "fuse_elementwise": True,  # elementwise fusion (CLI: --no-fusion)
+    "onnx_checker": True,  # the ONNX library's checker (IR <= 8, opset <= 17)
+    "runtime_lib_dir": None,  # folder with libddpc_runtime.a
+    "model_dir": None,  # folder external data is resolved against
+    "dump_ir": None,  # folder for NNNN_<pass>.mlir dumps (CLI: --dump-ir)
+    "verbose": False,  # progress lines on stderr
+    "vjp": False,  # compile the vector-Jacobian product (CLI: --vjp)
+    "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
+    "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """Everything needed to (re)compile the same model with other outputs."""
+
+    model_bytes: bytes
+    input_path: str
+    model_dir: str
+    target: str
+    dims: dict[str, int]
+    batch_size: int | None
+    bound_inputs: dict[str, tuple[int, list[int], bytes]]
+    train: TrainConfig | None
+    options: dict[str, Any]
+
+    def run(
+        self, output_path: str, emit: str, capture_stages: bool = False
+    ) -> tuple[list[tuple[str, str]], str]:
+        """Compiles to ``output_path``; returns (stages, report JSON).
+
+        Raises:
+            CompileError: when ddpc::compile fails.
+        """
+        mod = native()
+        o = self.options
+        status, error, stages, report = mod.compile(
+            output_path,
+            getattr(mod.EmitKind, emit),
+            input_path=self.input_path,
+            model_bytes=self.model_bytes,
+            model_dir=self.model_dir,
+            target=self.target,
+            dims=self.dims,
+            batch_size=self.batch_size,
+            bound_inputs=self.bound_inputs,
+            train=self.train._to_native() if self.train else None,
+            runtime_lib_dir=runtime_lib_dir(o["runtime_lib_dir"]),
+            capture_stages=capture_stages,
+            cpu=o["cpu"],
+            opt_level=int(o["opt_level"]),
+            fuse_elementwise=bool(o["fuse_elementwise"]),
+            run_checker=bool(o["onnx_checker"]),
+            dump_ir_dir=os.fspath(o["dump_ir"]) if o["dump_ir"] else "",
+            verbose=bool(o["verbose"]),
+            vjp=bool(o["vjp"]),
+            cuda_arch=o["cuda_arch"] or "",
+            runtime_checks=bool(o["runtime_checks"]),
+        )
+        if status != mod.COMPILE_OK:
+            raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)
+        return stages, report
