@@ -59,7 +59,7 @@ void buildBufferizationPipeline(OpPassManager &pm,
 
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   addPipeline(
-      pm, "func.func(convert-linalg-to-loops),"
+      pm, "ddpc-flatten-empty-arguments,func.func(convert-linalg-to-loops),"
           "arith-expand{include-bf16},"
           "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
           "convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,"
@@ -116,7 +116,7 @@ void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
 void buildCUDAHostLoweringPipeline(OpPassManager &pm,
                                    const CUDAPipelineOptions &) {
   addPipeline(
-      pm, "expand-strided-metadata,lower-affine,"
+      pm, "ddpc-flatten-empty-arguments,expand-strided-metadata,lower-affine,"
           "arith-expand{include-bf16},"
           "convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,"
           // Before gpu-to-llvm, whose own memref patterns would

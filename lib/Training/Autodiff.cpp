@@ -173,6 +173,54 @@ public:
       Value e =
           math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, mul(x, x)));
       add(x, mul(g, mul(c(1.1283791670955126), e)));
+    } else if (isa<math::SinOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x, mul(g, math::CosOp::create(b, loc, x)));
+    } else if (isa<math::CosOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x, arith::NegFOp::create(b, loc,
+                                   mul(g, math::SinOp::create(b, loc, x))));
+    } else if (isa<math::TanOp>(op)) {
+      add(op->getOperand(0),
+          mul(g, arith::AddFOp::create(b, loc, c(1.0), mul(y, y))));
+    } else if (isa<math::SinhOp>(op)) {
+      add(op->getOperand(0),
+          mul(g, math::CoshOp::create(b, loc, op->getOperand(0))));
+    } else if (isa<math::CoshOp>(op)) {
+      add(op->getOperand(0),
+          mul(g, math::SinhOp::create(b, loc, op->getOperand(0))));
+    } else if (isa<math::AsinOp, math::AcosOp>(op)) {
+      // ±1 / sqrt(1 - x^2); infinite at |x| = 1.
+      Value x = op->getOperand(0);
+      Value d =
+          div(g, math::SqrtOp::create(
+                     b, loc, arith::SubFOp::create(b, loc, c(1.0), mul(x, x))));
+      add(x, scaled(isa<math::AcosOp>(op)
+                        ? arith::NegFOp::create(b, loc, d).getResult()
+                        : d));
+    } else if (isa<math::AtanOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x, div(g, arith::AddFOp::create(b, loc, c(1.0), mul(x, x))));
+    } else if (isa<math::AsinhOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x, div(g, math::SqrtOp::create(
+                        b, loc,
+                        arith::AddFOp::create(b, loc, mul(x, x), c(1.0)))));
+    } else if (isa<math::AcoshOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x,
+          scaled(div(g, math::SqrtOp::create(b, loc,
+                                             arith::SubFOp::create(
+                                                 b, loc, mul(x, x), c(1.0))))));
+    } else if (isa<math::AtanhOp>(op)) {
+      Value x = op->getOperand(0);
+      add(x, scaled(div(g, arith::SubFOp::create(b, loc, c(1.0), mul(x, x)))));
+    } else if (isa<arith::RemFOp>(op)) {
+      // fmod(x, z) = x - trunc(x / z) z.
+      Value x = op->getOperand(0), z = op->getOperand(1);
+      add(x, g);
+      add(z, arith::NegFOp::create(
+                 b, loc, mul(g, math::TruncOp::create(b, loc, div(x, z)))));
     } else if (isa<math::PowFOp>(op)) {
       // d/dx = p x^(p-1), but 0 where p == 0 (x^0 is constant, also at
       // x = 0, where p x^-1 would be 0 * inf); d/dp = y log x, but 0 where
@@ -207,7 +255,8 @@ public:
                      ? arith::TruncFOp::create(b, loc, xt, g).getResult()
                      : arith::ExtFOp::create(b, loc, xt, g).getResult();
       add(x, gx);
-    } else if (isa<math::FloorOp, math::CeilOp, arith::SIToFPOp,
+    } else if (isa<math::FloorOp, math::CeilOp, math::RoundEvenOp,
+                   math::RoundOp, math::TruncOp, arith::SIToFPOp,
                    arith::UIToFPOp, arith::ConstantOp>(op)) {
       // Zero derivative (or no float operand).
     } else if (isa<tensor::ExtractOp>(op)) {

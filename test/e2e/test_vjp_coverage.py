@@ -13,12 +13,11 @@ so embeddings never trained. This file makes that class impossible to miss:
   registered without either fails here.
 - `test_vjp_matches_finite_differences` runs each case: the op alone in
   float64, compiled with `vjp=True`, its cotangent of every float graph
-  input against central differences (test_gradients.check_gradients), on
+  input against central differences (ddpc_testing.check_gradients), on
   the CPU target.
 """
+
 import dataclasses
-import pathlib
-import sys
 
 import numpy as np
 import onnx
@@ -26,10 +25,9 @@ import onnx.defs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "build" / "python"))
+from ddpc_testing import check_gradients
+
 ddpc = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
-from test_gradients import check_gradients  # noqa: E402
 
 FLOAT_TYPES = {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"}
 
@@ -37,6 +35,7 @@ FLOAT_TYPES = {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfl
 @dataclasses.dataclass
 class Var:
     """Shapes of a variadic input (Concat's inputs, Sum's data_0, ...)."""
+
     shapes: tuple
 
     def __init__(self, *shapes):
@@ -48,6 +47,7 @@ class Case:
     """One op alone. `inputs`: formal input name -> a shape (a float64
     graph input whose gradient is checked), a Var of shapes, or a numpy
     array (a constant initializer: indices, shapes, configuration)."""
+
     inputs: dict
     attrs: dict = dataclasses.field(default_factory=dict)
     opset: int = 17
@@ -57,14 +57,39 @@ class Case:
     rtol: float = 1e-5
     atol: float = 1e-7
     name: str = ""
+    # Maps the random inputs into the op's domain (Asin's (-1, 1), ...).
+    domain: object = None
+    outputs: int = 1
+    # Node outputs after the checked ones that are not graph outputs
+    # (TopK's int64 Indices).
+    hidden: int = 0
+    in_dtype: int = TensorProto.DOUBLE
 
     def fd_inputs(self):
         """Formal inputs whose gradient the case checks."""
         return {k for k, v in self.inputs.items() if not isinstance(v, np.ndarray)}
 
 
-def c(opset=17, attrs=None, positive=(), name="", **inputs):
-    return Case(inputs=inputs, attrs=attrs or {}, opset=opset, positive=positive, name=name)
+def c(
+    opset=17,
+    attrs=None,
+    positive=(),
+    name="",
+    domain=None,
+    outputs=1,
+    hidden=0,
+    **inputs,
+):
+    return Case(
+        inputs=inputs,
+        attrs=attrs or {},
+        opset=opset,
+        positive=positive,
+        name=name,
+        domain=domain,
+        outputs=outputs,
+        hidden=hidden,
+    )
 
 
 def i64(*v):
@@ -72,34 +97,254 @@ def i64(*v):
 
 
 AXES1 = i64([1])
-REDUCE = {op: [c(opset=18, attrs=dict(keepdims=0), data=[3, 4, 2], axes=AXES1,
-                 positive=("data",) if op == "ReduceLogSum" else ())]
-          for op in ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
-                     "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"]}
-UNARY = {op: [c(**{name: [3, 4]})] for op, name in [
-    ("Abs", "X"), ("Ceil", "X"), ("Elu", "X"), ("Erf", "input"), ("Exp", "input"),
-    ("Floor", "X"), ("HardSigmoid", "X"), ("Identity", "input"), ("LeakyRelu", "X"),
-    ("Neg", "X"), ("Relu", "X"), ("Sigmoid", "X"), ("Sign", "input"), ("Softplus", "X"),
-    ("Tanh", "input")]}
-POSITIVE_UNARY = {op: [c(positive=(name,), **{name: [3, 4]})] for op, name in [
-    ("Log", "input"), ("Reciprocal", "X"), ("Sqrt", "X")]}
-BINARY = {op: [c(A=[2, 3, 4], B=[3, 1], positive=("B",) if op == "Div" else ())]
-          for op in ["Add", "Sub", "Mul", "Div"]}
-VARIADIC = {op: [c(data_0=Var([3, 4], [4], [3, 1]))] for op in ["Max", "Min", "Mean", "Sum"]}
+REDUCE = {
+    op: [
+        c(
+            opset=18,
+            attrs=dict(keepdims=0),
+            data=[3, 4, 2],
+            axes=AXES1,
+            positive=("data",) if op == "ReduceLogSum" else (),
+        )
+    ]
+    for op in [
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSum",
+        "ReduceSumSquare",
+    ]
+}
+UNARY = {
+    op: [c(**{name: [3, 4]})]
+    for op, name in [
+        ("Abs", "X"),
+        ("Ceil", "X"),
+        ("Elu", "X"),
+        ("Erf", "input"),
+        ("Exp", "input"),
+        ("Floor", "X"),
+        ("HardSigmoid", "X"),
+        ("Identity", "input"),
+        ("LeakyRelu", "X"),
+        ("Neg", "X"),
+        ("Relu", "X"),
+        ("Sigmoid", "X"),
+        ("Sign", "input"),
+        ("Softplus", "X"),
+        ("Tanh", "input"),
+        ("Sin", "input"),
+        ("Cos", "input"),
+        ("Tan", "input"),
+        ("Atan", "input"),
+        ("Sinh", "input"),
+        ("Cosh", "input"),
+        ("Asinh", "input"),
+        ("Round", "X"),
+        ("Softsign", "input"),
+        ("Selu", "X"),
+        ("ThresholdedRelu", "X"),
+        ("HardSwish", "X"),
+        ("Shrink", "input"),
+    ]
+}
+# Inside (-1, 1), and above 1 for Acosh.
+BOUNDED_UNARY = {
+    op: [
+        c(
+            domain=(
+                (lambda x: 0.9 * np.tanh(x))
+                if op != "Acosh"
+                else (lambda x: 1.2 + np.abs(x))
+            ),
+            input=[3, 4],
+        )
+    ]
+    for op in ["Asin", "Acos", "Atanh", "Acosh"]
+}
+POSITIVE_UNARY = {
+    op: [c(positive=(name,), **{name: [3, 4]})]
+    for op, name in [("Log", "input"), ("Reciprocal", "X"), ("Sqrt", "X")]
+}
+BINARY = {
+    op: [c(A=[2, 3, 4], B=[3, 1], positive=("B",) if op == "Div" else ())]
+    for op in ["Add", "Sub", "Mul", "Div"]
+}
+VARIADIC = {
+    op: [c(data_0=Var([3, 4], [4], [3, 1]))] for op in ["Max", "Min", "Mean", "Sum"]
+}
 
 CASES = {
-    **REDUCE, **UNARY, **POSITIVE_UNARY, **BINARY, **VARIADIC,
-    "AveragePool": [c(X=[1, 2, 5, 5], attrs=dict(kernel_shape=[2, 2], strides=[2, 1],
-                                                  pads=[0, 1, 0, 1]))],
+    **REDUCE,
+    **UNARY,
+    **POSITIVE_UNARY,
+    **BOUNDED_UNARY,
+    **BINARY,
+    **VARIADIC,
+    "CastLike": [
+        Case(
+            inputs=dict(input=[3, 4], target_type=np.zeros(1, np.float32)),
+            out_dtype=TensorProto.FLOAT,
+            h=1e-3,
+            rtol=1e-3,
+            atol=2e-4,
+            opset=19,
+        )
+    ],
+    # Celu takes float32 only.
+    "Celu": [
+        Case(
+            inputs=dict(X=[3, 4]),
+            attrs=dict(alpha=0.7),
+            in_dtype=TensorProto.FLOAT,
+            out_dtype=TensorProto.FLOAT,
+            h=1e-3,
+            rtol=1e-3,
+            atol=2e-4,
+        )
+    ],
+    "CumSum": [
+        c(x=[3, 4], axis=i64(1), name="inclusive"),
+        c(
+            x=[3, 4],
+            axis=i64(-2),
+            attrs=dict(exclusive=1, reverse=1),
+            name="exclusive-reverse",
+        ),
+    ],
+    "GatherElements": [
+        c(data=[3, 4], indices=i64([[0, -1, 2, 0], [2, 2, 1, 0]]), attrs=dict(axis=0))
+    ],
+    "Mish": [c(X=[3, 4], opset=18)],
+    "Mod": [c(A=[3, 4], B=[4], attrs=dict(fmod=1), positive=("B",))],
+    "PRelu": [c(X=[2, 3, 4], slope=[3, 1])],
+    "Pad": [
+        c(
+            data=[3, 4],
+            pads=i64([1, -1, 2, 2]),
+            constant_value=np.array(0.5),
+            opset=18,
+            name="constant",
+        ),
+        c(
+            data=[3, 4],
+            pads=i64([2, 1, 1, 3]),
+            attrs=dict(mode="reflect"),
+            opset=18,
+            name="reflect",
+        ),
+        c(
+            data=[3, 4],
+            pads=i64([2, 0, 1, 3]),
+            attrs=dict(mode="edge"),
+            opset=18,
+            name="edge",
+        ),
+        c(
+            data=[3, 4],
+            pads=i64([4, 1, 1, 5]),
+            attrs=dict(mode="wrap"),
+            opset=19,
+            name="wrap",
+        ),
+    ],
+    "LpNormalization": [
+        c(input=[3, 4], attrs=dict(axis=0, p=1), name="l1"),
+        c(input=[3, 4], name="l2"),
+    ],
+    "NegativeLogLikelihoodLoss": [
+        c(
+            input=[3, 4],
+            target=i64([1, 0, 3]),
+            weight=[4],
+            positive=("weight",),
+            name="mean",
+        ),
+        c(
+            input=[2, 3, 2],
+            target=i64([[0, 2], [1, 1]]),
+            attrs=dict(reduction="none"),
+            name="none",
+        ),
+        c(
+            input=[3, 4],
+            target=i64([1, 2, 3]),
+            weight=[4],
+            positive=("weight",),
+            attrs=dict(ignore_index=2, reduction="sum"),
+            name="ignore-sum",
+        ),
+    ],
+    "RMSNormalization": [c(X=[2, 3, 4], scale=[4], opset=23)],
+    "SoftmaxCrossEntropyLoss": [
+        c(scores=[3, 4], labels=i64([1, 0, 3]), weights=[4], positive=("weights",)),
+        c(
+            scores=[2, 3, 2],
+            labels=i64([[0, 2], [1, 1]]),
+            attrs=dict(ignore_index=1),
+            name="ignore",
+        ),
+    ],
+    "Hardmax": [c(input=[3, 4], opset=13)],
+    "TopK": [
+        c(X=[3, 5], K=i64([3]), hidden=1, name="largest"),
+        c(
+            X=[4, 3],
+            K=i64([2]),
+            attrs=dict(axis=0, largest=0),
+            hidden=1,
+            name="smallest",
+        ),
+    ],
+    "Split": [c(input=[5, 3], split=i64([2, 3]), outputs=2, opset=18)],
+    "Tile": [c(input=[2, 3], repeats=i64([2, 3]))],
+    "Trilu": [
+        c(input=[2, 3, 4], k=i64(1), name="upper"),
+        c(input=[3, 4], k=i64(-1), attrs=dict(upper=0), name="lower"),
+    ],
+    "AveragePool": [
+        c(
+            X=[1, 2, 5, 5],
+            attrs=dict(kernel_shape=[2, 2], strides=[2, 1], pads=[0, 1, 0, 1]),
+        )
+    ],
     "BatchNormalization": [
         # Inference mode: the output depends on the running statistics too.
-        c(X=[2, 3, 2, 2], scale=[3], B=[3], input_mean=[3], input_var=[3],
-          positive=("input_var",), name="inference"),
+        c(
+            X=[2, 3, 2, 2],
+            scale=[3],
+            B=[3],
+            input_mean=[3],
+            input_var=[3],
+            positive=("input_var",),
+            name="inference",
+        ),
         # Training mode: batch statistics; the running ones are buffers.
-        c(X=[4, 3, 2, 2], scale=[3], B=[3], input_mean=np.zeros(3), input_var=np.ones(3),
-          attrs=dict(training_mode=1), name="training")],
-    "Cast": [Case(inputs=dict(input=[3, 4]), attrs=dict(to=TensorProto.FLOAT),
-                  out_dtype=TensorProto.FLOAT, h=1e-3, rtol=1e-3, atol=2e-4)],
+        c(
+            X=[4, 3, 2, 2],
+            scale=[3],
+            B=[3],
+            input_mean=np.zeros(3),
+            input_var=np.ones(3),
+            attrs=dict(training_mode=1),
+            name="training",
+        ),
+    ],
+    "Cast": [
+        Case(
+            inputs=dict(input=[3, 4]),
+            attrs=dict(to=TensorProto.FLOAT),
+            out_dtype=TensorProto.FLOAT,
+            h=1e-3,
+            rtol=1e-3,
+            atol=2e-4,
+        )
+    ],
     "Clip": [c(input=[3, 4], min=[], max=[], opset=13)],
     "Concat": [c(inputs=Var([2, 3], [2, 1]), attrs=dict(axis=1))],
     "Conv": [c(X=[1, 2, 5, 4], W=[3, 2, 3, 2], B=[3], attrs=dict(pads=[1, 0, 1, 0]))],
@@ -107,8 +352,10 @@ CASES = {
     "Expand": [c(input=[3, 1], shape=i64([2, 3, 4]))],
     "Flatten": [c(input=[2, 3, 2], attrs=dict(axis=2))],
     "Gather": [c(data=[5, 3], indices=i64([[0, -1], [2, 0]]))],
-    "Gelu": [c(X=[3, 4], opset=20, name="exact"),
-             c(X=[3, 4], opset=20, attrs=dict(approximate="tanh"), name="tanh")],
+    "Gelu": [
+        c(X=[3, 4], opset=20, name="exact"),
+        c(X=[3, 4], opset=20, attrs=dict(approximate="tanh"), name="tanh"),
+    ],
     "Gemm": [c(A=[3, 4], B=[5, 4], C=[5], attrs=dict(transB=1, alpha=0.5, beta=2.0))],
     "GlobalAveragePool": [c(X=[2, 3, 3, 2])],
     "GlobalMaxPool": [c(X=[2, 3, 3, 2])],
@@ -117,12 +364,23 @@ CASES = {
     "LayerNormalization": [c(X=[2, 3, 4], Scale=[4], B=[4])],
     "LogSoftmax": [c(input=[3, 4])],
     "MatMul": [c(A=[2, 3, 4], B=[4, 5])],
-    "MaxPool": [c(X=[1, 2, 5, 5], attrs=dict(kernel_shape=[3, 3], strides=[2, 2],
-                                             pads=[1, 1, 1, 1]))],
+    "MaxPool": [
+        c(
+            X=[1, 2, 5, 5],
+            attrs=dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        )
+    ],
     "Pow": [c(X=[3, 4], Y=[4], positive=("X",))],
     "Reshape": [c(data=[2, 6], shape=i64([3, 4]))],
-    "Slice": [c(data=[4, 5], starts=i64([1, -1]), ends=i64([3, -6]), axes=i64([0, 1]),
-                steps=i64([1, -2]))],
+    "Slice": [
+        c(
+            data=[4, 5],
+            starts=i64([1, -1]),
+            ends=i64([3, -6]),
+            axes=i64([0, 1]),
+            steps=i64([1, -2]),
+        )
+    ],
     "Softmax": [c(input=[3, 4])],
     "Squeeze": [c(data=[3, 1, 4], axes=AXES1)],
     "Transpose": [c(data=[2, 3, 4], attrs=dict(perm=[2, 0, 1]))],
@@ -133,14 +391,27 @@ CASES = {
 # Inputs that may be float but get no gradient, and why. Everything else
 # that may carry one has a case above.
 NONDIFF = {
-    "Dropout": {"ratio": "configuration (the drop probability; PyTorch takes a Python "
-                         "float); an initializer here stays a constant in training"},
+    "CastLike": {"target_type": "only its dtype is read"},
+    "Range": {
+        n: "must be an import-time constant (it sets the output's shape)"
+        for n in ("start", "limit", "delta")
+    },
+    "Pad": {
+        "constant_value": "configuration (PyTorch's pad value is a Python float); an "
+        "initializer here stays a constant in training"
+    },
+    "Dropout": {
+        "ratio": "configuration (the drop probability; PyTorch takes a Python "
+        "float); an initializer here stays a constant in training"
+    },
 }
 
 
 def possibly_differentiable(schema):
     """Formal inputs of `schema` that could carry a gradient."""
-    constraints = {t.type_param_str: set(t.allowed_type_strs) for t in schema.type_constraints}
+    constraints = {
+        t.type_param_str: set(t.allowed_type_strs) for t in schema.type_constraints
+    }
     types = lambda f: constraints.get(f.type_str, {f.type_str})  # noqa: E731
     if not any(types(o) & FLOAT_TYPES for o in schema.outputs):
         return []
@@ -156,11 +427,15 @@ def test_every_op_input_is_covered():
         checked = set().union(*[case.fd_inputs() for case in CASES.get(op, [])])
         for name in possibly_differentiable(schema):
             declared = name in NONDIFF.get(op, {})
-            assert not (declared and name in checked), f"{op}.{name}: both checked and declared"
+            assert not (
+                declared and name in checked
+            ), f"{op}.{name}: both checked and declared"
             if name not in checked and not declared:
                 missing.append(f"{op}.{name}")
-    assert not missing, ("inputs with neither a finite-difference case nor a "
-                         f"non-differentiable declaration: {missing}")
+    assert not missing, (
+        "inputs with neither a finite-difference case nor a "
+        f"non-differentiable declaration: {missing}"
+    )
     # The tables name only real ops and inputs.
     for op in set(CASES) | set(NONDIFF):
         assert op in ops, f"{op} is in the tables but ddpc does not import it"
@@ -173,7 +448,7 @@ def test_every_op_input_is_covered():
 def build(op, case):
     """The op alone: float64 graph inputs for shapes, initializers for arrays."""
     schema = onnx.defs.get_schema(op, case.opset)
-    node_inputs, graph_inputs, inits, fd = [], [], [], []
+    node_inputs, graph_inputs, inits = [], [], []
     for f in schema.inputs:
         spec = case.inputs.get(f.name)
         if spec is None:
@@ -191,24 +466,52 @@ def build(op, case):
             node_inputs.append(f.name)
     while node_inputs and not node_inputs[-1]:
         node_inputs.pop()
+    outs = ["y"] if case.outputs == 1 else [f"y{i}" for i in range(case.outputs)]
     g = helper.make_graph(
-        [helper.make_node(op, node_inputs, ["y"], **case.attrs)], op,
-        [helper.make_tensor_value_info(n, TensorProto.DOUBLE, s) for n, s in graph_inputs],
-        [helper.make_tensor_value_info("y", case.out_dtype, None)], inits)
+        [
+            helper.make_node(
+                op,
+                node_inputs,
+                outs + [f"unused{i}" for i in range(case.hidden)],
+                **case.attrs,
+            )
+        ],
+        op,
+        [helper.make_tensor_value_info(n, case.in_dtype, s) for n, s in graph_inputs],
+        [helper.make_tensor_value_info(o, case.out_dtype, None) for o in outs],
+        inits,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", case.opset)])
     m.ir_version = 8
-    positive = {n for n, _ in graph_inputs if n.rsplit("_", 1)[0] in case.positive or n in case.positive}
+    positive = {
+        n
+        for n, _ in graph_inputs
+        if n.rsplit("_", 1)[0] in case.positive or n in case.positive
+    }
     return m, graph_inputs, positive
 
 
 CASE_IDS = [(op, i) for op in sorted(CASES) for i in range(len(CASES[op]))]
 
 
-@pytest.mark.parametrize("op,index", CASE_IDS,
-                         ids=[f"{op}{'-' + CASES[op][i].name if CASES[op][i].name else ''}"
-                              for op, i in CASE_IDS])
+@pytest.mark.parametrize(
+    "op,index",
+    CASE_IDS,
+    ids=[
+        f"{op}{'-' + CASES[op][i].name if CASES[op][i].name else ''}"
+        for op, i in CASE_IDS
+    ],
+)
 def test_vjp_matches_finite_differences(op, index):
     case = CASES[op][index]
     m, inputs, positive = build(op, case)
-    check_gradients(m, inputs, np.random.default_rng(sum(map(ord, op)) + index), h=case.h,
-                    rtol=case.rtol, atol=case.atol, positive=positive)
+    check_gradients(
+        m,
+        inputs,
+        np.random.default_rng(sum(map(ord, op)) + index),
+        h=case.h,
+        rtol=case.rtol,
+        atol=case.atol,
+        positive=positive,
+        domain=case.domain,
+    )

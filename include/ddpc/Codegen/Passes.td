@@ -13,6 +13,21 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FlattenEmptyArgumentsPass : Pass<"ddpc-flatten-empty-arguments", "mlir::ModuleOp"> {
+  let summary = "Give zero-size memref arguments of defined functions the type memref<0xT>";
+  let description = [{
+    `ddpc-flatten-empty-arguments` (module, bufferized IR; before
+    `convert-func-to-llvm{use-bare-ptr-memref-call-conv}`). Upstream's
+    bare-pointer calling convention refuses a memref of zero elements with
+    more than one dimension (`memref<2x0x4xf32>`) and then leaves the whole
+    function unconverted. Such an argument holds no data, so each one
+    becomes `memref<0xT>` (one pointer, the same ABI) and its uses read a
+    `memref.alloca` of the original type, zero bytes. Functions without a
+    body are unchanged.
+  }];
+  let dependentDialects = ["mlir::memref::MemRefDialect"];
+}
+
 def PlanArenaPass : Pass<"ddpc-plan-arena", "mlir::func::FuncOp"> {
   let summary = "Place the statically sized temporary buffers of a function in one arena at compile-time offsets";
   let description = [{

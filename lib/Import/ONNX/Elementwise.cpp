@@ -75,7 +75,8 @@ Value integerDivisionTraps(OpBuilder &b, Location l, Value x, Value y,
 
 /// Integer Div: a run-time check that no element divides by zero (or is
 /// INT_MIN / -1), which trapped (SIGFPE); onnxruntime refuses it too.
-void checkIntegerDivision(NodeContext &ctx, const TValue &x, const TValue &y) {
+void checkIntegerDivision(NodeContext &ctx, const TValue &x, const TValue &y,
+                          StringRef opName = "Div") {
   auto shape = broadcastShapes({x.shape(), y.shape()});
   if (failed(shape))
     return; // importElementwise reports it.
@@ -90,31 +91,131 @@ void checkIntegerDivision(NodeContext &ctx, const TValue &x, const TValue &y) {
   if (auto name = dyn_cast<NameLoc>(ctx.loc()))
     node = name.getName().str();
   buildCountCheck(ctx.builder(), ctx.loc(), bad,
-                  printableText("integer division by zero (or INT_MIN / -1) "
-                                "in Div node '" +
-                                node + "'"));
+                  printableText(("integer division by zero (or INT_MIN / -1) "
+                                 "in " +
+                                 opName + " node '" + node + "'")
+                                    .str()));
 }
 
-LogicalResult tryFoldIntBinary(NodeContext &ctx) {
-  if (ctx.numInputs() != 2 || !ctx.constInput(0) || !ctx.constInput(1))
+/// Host evaluation of one integer or bool element of an elementwise op, as
+/// the compiled op computes it (wrapping arithmetic, the dtype's
+/// signedness). None when the op is not foldable here or the element
+/// traps (division by zero), which then stays in the program.
+std::optional<APInt> foldIntElement(StringRef op, ArrayRef<APInt> a,
+                                    bool isUnsigned, int64_t fmod) {
+  if (a.size() == 2)
+    if (auto r = foldIntBinary(op, a[0], a[1], isUnsigned))
+      return r;
+  auto flag = [](bool v) { return APInt(1, v ? 1 : 0); };
+  if (a.size() == 2) {
+    const APInt &x = a[0], &y = a[1];
+    if (op == "Equal")
+      return flag(x == y);
+    if (op == "Less")
+      return flag(isUnsigned ? x.ult(y) : x.slt(y));
+    if (op == "LessOrEqual")
+      return flag(isUnsigned ? x.ule(y) : x.sle(y));
+    if (op == "Greater")
+      return flag(isUnsigned ? x.ugt(y) : x.sgt(y));
+    if (op == "GreaterOrEqual")
+      return flag(isUnsigned ? x.uge(y) : x.sge(y));
+    if (op == "And")
+      return x & y;
+    if (op == "Or")
+      return x | y;
+    if (op == "Xor")
+      return x ^ y;
+    if (op == "Mod") {
+      if (y.isZero() || (!isUnsigned && x.isMinSignedValue() && y.isAllOnes()))
+        return std::nullopt;
+      if (isUnsigned)
+        return x.urem(y);
+      APInt r = x.srem(y);
+      if (fmod == 0 && !r.isZero() && r.isNegative() != y.isNegative())
+        r += y;
+      return r;
+    }
+  }
+  if (a.size() == 1) {
+    if (op == "Not")
+      return ~a[0];
+    if (op == "Neg")
+      return -a[0];
+    if (op == "Abs")
+      return isUnsigned ? a[0] : a[0].abs();
+    if (op == "Identity")
+      return a[0];
+  }
+  if (a.size() == 3 && op == "Where")
+    return a[0].getBoolValue() ? a[1] : a[2];
+  return std::nullopt;
+}
+
+/// Folds an elementwise op whose inputs are all integer or bool host
+/// constants (shape computations: exporters compute Reshape and Expand
+/// targets with Shape, Mod, Equal, Where, ...), with numpy broadcasting.
+/// Float constants stay computed in the program.
+LogicalResult tryFoldIntElementwise(NodeContext &ctx) {
+  StringRef op = ctx.node.op_type();
+  SmallVector<DenseElementsAttr> cs;
+  SmallVector<ArrayRef<int64_t>> shapes;
+  int32_t dtype = kUndefined;
+  for (int i = 0; i < ctx.numInputs(); ++i) {
+    auto c = ctx.constInput(i);
+    if (!c || !isa<IntegerType>(c->getElementType()))
+      return failure();
+    cs.push_back(*c);
+    shapes.push_back(cast<RankedTensorType>(c->getType()).getShape());
+    // Where's condition is bool; its values decide the dtype.
+    if (op != "Where" || i > 0)
+      dtype = ctx.importer.constants[ctx.node.input(i)].second;
+  }
+  if (cs.empty())
     return failure();
-  auto a = *ctx.constInput(0), b = *ctx.constInput(1);
-  auto at = cast<RankedTensorType>(a.getType());
-  auto bt = cast<RankedTensorType>(b.getType());
-  if (!isa<IntegerType>(at.getElementType()) || at != bt ||
-      at.getElementTypeBitWidth() < 32 || at.getNumElements() > 64)
+  auto outShape = broadcastShapes(shapes);
+  if (failed(outShape) || numElements(*outShape) > 4096)
     return failure();
-  int32_t dtype = ctx.importer.constants[ctx.node.input(0)].second;
+  bool isCompare = llvm::is_contained(
+      {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"}, op);
+  bool isLogic = llvm::is_contained({"And", "Or", "Xor", "Not"}, op);
+  // Arithmetic on bool is not an ONNX op (and Add on i1 would wrap).
+  if (dtype == kBool && !isLogic && !isCompare && op != "Where" &&
+      op != "Identity")
+    return failure();
+  bool isUnsigned = isUnsignedDType(dtype) || dtype == kBool;
+  int64_t fmod = ctx.attrInt("fmod", 0);
+  SmallVector<SmallVector<APInt>> vals;
+  for (auto &c : cs)
+    vals.push_back(SmallVector<APInt>(c.getValues<APInt>()));
+  int64_t rank = outShape->size(), n = numElements(*outShape);
   SmallVector<APInt> out;
-  auto av = a.getValues<APInt>(), bv = b.getValues<APInt>();
-  for (int64_t i = 0; i < at.getNumElements(); ++i) {
-    auto r =
-        foldIntBinary(ctx.node.op_type(), av[i], bv[i], isUnsignedDType(dtype));
+  SmallVector<int64_t> idx(rank, 0);
+  for (int64_t e = 0; e < n; ++e) {
+    SmallVector<APInt> args;
+    for (size_t k = 0; k < cs.size(); ++k) {
+      // The broadcast element of input k: trailing dims aligned, size-1
+      // dims read index 0.
+      ArrayRef<int64_t> sh = shapes[k];
+      int64_t off = 0, lead = rank - sh.size();
+      for (size_t d = 0; d < sh.size(); ++d)
+        off = off * sh[d] + (sh[d] == 1 ? 0 : idx[lead + d]);
+      args.push_back(vals[k][off]);
+    }
+    auto r = foldIntElement(op, args, isUnsigned, fmod);
     if (!r)
       return failure();
     out.push_back(*r);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < (*outShape)[d])
+        break;
+      idx[d] = 0;
+    }
   }
-  return ctx.setConstOutput(0, DenseElementsAttr::get(at, out), dtype);
+  Type elem = isCompare ? IntegerType::get(&ctx.importer.context, 1)
+                        : cs[op == "Where" ? 1 : 0].getElementType();
+  auto t = RankedTensorType::get(*outShape, elem);
+  return ctx.setConstOutput(0, DenseElementsAttr::get(t, out),
+                            isCompare ? kBool : dtype);
 }
 
 /// Imports an n-ary elementwise op with numpy broadcasting. `resultDType`
@@ -149,8 +250,7 @@ void addSameType(OpRegistry &r, StringRef name, ScalarFn fn,
       name,
       [fn, floatOnly, resultDType, variadic,
        opName = name.str()](NodeContext &ctx) -> LogicalResult {
-        if (!variadic && ctx.numInputs() == 2 &&
-            succeeded(tryFoldIntBinary(ctx)))
+        if (succeeded(tryFoldIntElementwise(ctx)))
           return success();
         SmallVector<TValue> ins;
         for (int i = 0; i < ctx.numInputs(); ++i) {
@@ -235,6 +335,35 @@ Value minOf(OpBuilder &b, Location l, Value x, Value y, int32_t dtype) {
   return arith::MinSIOp::create(b, l, x, y);
 }
 
+/// log(1 + exp(x)) overflows for x >= 89 (float32); the equal
+/// x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)) does not, and keeps the
+/// small values of x <= -17 that 1 + exp(x) rounds away. Both branches
+/// are smooth, so the VJP is exp(x) / (1 + exp(x)) everywhere, 0.5 at 0
+/// (a form with max(x, 0) and |x| would depend on their subgradients).
+Value softplusOf(OpBuilder &b, Location l, Value x) {
+  Value zero = scalarConst(b, l, x.getType(), 0.0);
+  Value positive = arith::AddFOp::create(
+      b, l, x,
+      math::Log1pOp::create(
+          b, l, math::ExpOp::create(b, l, arith::NegFOp::create(b, l, x))));
+  Value negative = math::Log1pOp::create(b, l, math::ExpOp::create(b, l, x));
+  return arith::SelectOp::create(
+      b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, zero), positive, negative);
+}
+
+/// x > 0 ? x : alpha (exp(x scale) - 1) (Selu's and Celu's negative side).
+Value expLinear(OpBuilder &b, Location l, Value x, double alpha, double scale) {
+  Type t = x.getType();
+  Value e = math::ExpOp::create(
+      b, l, arith::MulFOp::create(b, l, x, scalarConst(b, l, t, scale)));
+  Value neg = arith::MulFOp::create(
+      b, l, scalarConst(b, l, t, alpha),
+      arith::SubFOp::create(b, l, e, scalarConst(b, l, t, 1.0)));
+  return arith::SelectOp::create(
+      b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, scalarConst(b, l, t, 0.0)),
+      x, neg);
+}
+
 /// Erf for float types without libm dependence on precision: math.erf on
 /// f32/f64; f16 goes through f32.
 Value erfOf(OpBuilder &b, Location l, Value x) {
@@ -317,6 +446,8 @@ LogicalResult importClip(NodeContext &ctx) {
 }
 
 LogicalResult importWhere(NodeContext &ctx) {
+  if (succeeded(tryFoldIntElementwise(ctx)))
+    return success();
   TValue c = ctx.input(0), x = ctx.input(1), y = ctx.input(2);
   if (x.dtype != y.dtype)
     return ctx.invalid("X and Y have different dtypes");
@@ -327,10 +458,14 @@ LogicalResult importWhere(NodeContext &ctx) {
   return importElementwise(ctx, {c, x, y}, fn, x.dtype);
 }
 
+/// Cast (`to` attribute) and CastLike (the dtype of input 1).
 LogicalResult importCast(NodeContext &ctx) {
-  int64_t to = ctx.attrInt("to", 0);
-  if (failed(ctx.checkAttrs({"to", "saturate"})))
+  bool like = ctx.node.op_type() == "CastLike";
+  if (failed(ctx.checkAttrs(
+          like ? std::initializer_list<StringRef>{"saturate"}
+               : std::initializer_list<StringRef>{"to", "saturate"})))
     return failure();
+  int64_t to = like ? ctx.input(1).dtype : ctx.attrInt("to", 0);
   Type toType = ctx.importer.elementType(to);
   if (!toType)
     return ctx.unsupported(Twine("cast to dtype ") + dtypeName(to));
@@ -342,10 +477,15 @@ LogicalResult importCast(NodeContext &ctx) {
     if (from == to)
       return ctx.setConstOutput(0, *c, to);
     if (isa<IntegerType>(t.getElementType()) && isa<IntegerType>(toType) &&
-        from != kBool && to != kBool && !isUnsignedDType(from)) {
+        t.getNumElements() <= 4096) {
+      // As castScalar: nonzero -> true; bool and unsigned zero-extend.
+      bool zext = from == kBool || isUnsignedDType(from);
+      unsigned w = toType.getIntOrFloatBitWidth();
       SmallVector<APInt> vals;
       for (const APInt &v : c->getValues<APInt>())
-        vals.push_back(v.sextOrTrunc(toType.getIntOrFloatBitWidth()));
+        vals.push_back(to == kBool ? APInt(1, v.isZero() ? 0 : 1)
+                       : zext      ? v.zextOrTrunc(w)
+                                   : v.sextOrTrunc(w));
       return ctx.setConstOutput(0, DenseElementsAttr::get(outT, vals), to);
     }
   }
@@ -422,6 +562,150 @@ LogicalResult importGelu(NodeContext &ctx) {
                                  arith::AddFOp::create(b, l, one, inner));
   };
   return importElementwise(ctx, {x}, fn, kUndefined);
+}
+
+/// Mod: integer remainder with the divisor's sign (fmod=0, Python's %) or
+/// the dividend's (fmod=1, C's %); float fmod (fmod=1 is required for
+/// floats, as in the spec). Half types compute in float32. An integer
+/// divisor of 0 (or INT_MIN % -1) is counted by a run-time check, as Div's.
+LogicalResult importMod(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"fmod"})))
+    return failure();
+  int64_t fmod = ctx.attrInt("fmod", 0);
+  if (fmod != 0 && fmod != 1)
+    return ctx.invalid("fmod must be 0 or 1, got " + Twine(fmod));
+  if (succeeded(tryFoldIntElementwise(ctx)))
+    return success();
+  TValue x = ctx.input(0), y = ctx.input(1);
+  if (x.dtype != y.dtype)
+    return ctx.invalid(Twine("inputs have different dtypes (") +
+                       dtypeName(x.dtype) + " and " + dtypeName(y.dtype) + ")");
+  if (x.dtype == kBool)
+    return ctx.unsupported("bool Mod");
+  if (isFloatDType(x.dtype) && fmod == 0)
+    return ctx.invalid("fmod=0 is not defined for float inputs (set fmod=1)");
+  if (!isFloatDType(x.dtype) && ctx.importer.options.runtimeChecks)
+    checkIntegerDivision(ctx, x, y, "Mod");
+  ScalarFn fn = [fmod](OpBuilder &b, Location l, ValueRange a, int32_t d,
+                       NodeContext &) -> Value {
+    Value u = a[0], v = a[1];
+    Type t = u.getType();
+    if (auto ft = dyn_cast<FloatType>(t)) {
+      if (ft.getWidth() >= 32)
+        return arith::RemFOp::create(b, l, u, v);
+      Type f32 = b.getF32Type();
+      Value r = arith::RemFOp::create(b, l, arith::ExtFOp::create(b, l, f32, u),
+                                      arith::ExtFOp::create(b, l, f32, v));
+      return arith::TruncFOp::create(b, l, t, r);
+    }
+    bool isU = isUnsignedDType(d);
+    Value safe =
+        arith::SelectOp::create(b, l, integerDivisionTraps(b, l, u, v, isU),
+                                scalarConst(b, l, t, 1), v);
+    if (isU)
+      return arith::RemUIOp::create(b, l, u, safe);
+    Value r = arith::RemSIOp::create(b, l, u, safe);
+    if (fmod == 1)
+      return r;
+    // r has the dividend's sign; move it to the divisor's.
+    Value zero = scalarConst(b, l, t, 0);
+    Value nonzero = cmpI(b, l, arith::CmpIPredicate::ne, r, zero);
+    Value differ = arith::XOrIOp::create(
+        b, l, cmpI(b, l, arith::CmpIPredicate::slt, r, zero),
+        cmpI(b, l, arith::CmpIPredicate::slt, safe, zero));
+    return arith::SelectOp::create(b, l,
+                                   arith::AndIOp::create(b, l, nonzero, differ),
+                                   arith::AddIOp::create(b, l, r, safe), r);
+  };
+  return importElementwise(ctx, {x, y}, fn, kUndefined);
+}
+
+/// `fn` in float32 for float16/bfloat16 (libm and libdevice have no half
+/// versions of the transcendental functions), else in the input's type.
+template <typename MathOp> Value mathOf(OpBuilder &b, Location l, Value x) {
+  Type t = x.getType();
+  if (cast<FloatType>(t).getWidth() >= 32)
+    return MathOp::create(b, l, x);
+  Value w = arith::ExtFOp::create(b, l, b.getF32Type(), x);
+  return arith::TruncFOp::create(b, l, t, MathOp::create(b, l, w));
+}
+
+/// PRelu: x < 0 ? slope x : x, the slope broadcast to X (unidirectional).
+LogicalResult importPRelu(NodeContext &ctx) {
+  TValue x = ctx.input(0), slope = ctx.input(1);
+  if (x.dtype != slope.dtype)
+    return ctx.invalid("X and slope have different dtypes");
+  if (!broadcastsTo(slope.shape(), x.shape()))
+    return ctx.invalid("slope does not broadcast to X");
+  ScalarFn fn = [](OpBuilder &b, Location l, ValueRange a, int32_t d,
+                   NodeContext &) -> Value {
+    Value zero = scalarConst(b, l, a[0].getType(), 0);
+    Value neg = isF(a[0]) ? cmpF(b, l, arith::CmpFPredicate::OLT, a[0], zero)
+                          : cmpI(b, l, arith::CmpIPredicate::slt, a[0], zero);
+    Value scaled = isF(a[0])
+                       ? arith::MulFOp::create(b, l, a[1], a[0]).getResult()
+                       : arith::MulIOp::create(b, l, a[1], a[0]).getResult();
+    return arith::SelectOp::create(b, l, neg, scaled, a[0]);
+  };
+  return importElementwise(ctx, {x, slope}, fn, kUndefined);
+}
+
+/// IsInf (detect_negative, detect_positive) and IsNaN: float -> bool.
+LogicalResult importIsInfNaN(NodeContext &ctx) {
+  bool isNaN = ctx.node.op_type() == "IsNaN";
+  if (failed(isNaN ? ctx.checkAttrs({})
+                   : ctx.checkAttrs({"detect_negative", "detect_positive"})))
+    return failure();
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  bool neg = ctx.attrInt("detect_negative", 1) != 0;
+  bool pos = ctx.attrInt("detect_positive", 1) != 0;
+  ScalarFn fn = [=](OpBuilder &b, Location l, ValueRange a, int32_t,
+                    NodeContext &) -> Value {
+    Value v = a[0];
+    if (isNaN)
+      return cmpF(b, l, arith::CmpFPredicate::UNO, v, v);
+    Type t = v.getType();
+    const llvm::fltSemantics &sem = cast<FloatType>(t).getFloatSemantics();
+    auto inf = [&](bool negative) -> Value {
+      return arith::ConstantOp::create(
+          b, l, FloatAttr::get(t, APFloat::getInf(sem, negative)));
+    };
+    Value r = scalarConst(b, l, b.getI1Type(), 0);
+    if (pos)
+      r = arith::OrIOp::create(
+          b, l, r, cmpF(b, l, arith::CmpFPredicate::OEQ, v, inf(false)));
+    if (neg)
+      r = arith::OrIOp::create(
+          b, l, r, cmpF(b, l, arith::CmpFPredicate::OEQ, v, inf(true)));
+    return r;
+  };
+  return importElementwise(ctx, {x}, fn, kBool);
+}
+
+/// BitShift (direction LEFT/RIGHT) on unsigned integers; a shift by the
+/// width or more gives 0, as numpy's and onnxruntime's.
+LogicalResult importBitShift(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"direction"})))
+    return failure();
+  std::string dir = ctx.attrString("direction", "");
+  if (dir != "LEFT" && dir != "RIGHT")
+    return ctx.invalid("direction must be LEFT or RIGHT, got '" + dir + "'");
+  TValue x = ctx.input(0), y = ctx.input(1);
+  if (x.dtype != y.dtype || !isUnsignedDType(x.dtype))
+    return ctx.invalid("takes two inputs of one unsigned integer dtype");
+  bool left = dir == "LEFT";
+  ScalarFn fn = [left](OpBuilder &b, Location l, ValueRange a, int32_t,
+                       NodeContext &) -> Value {
+    Type t = a[0].getType();
+    Value big = cmpI(b, l, arith::CmpIPredicate::uge, a[1],
+                     scalarConst(b, l, t, t.getIntOrFloatBitWidth()));
+    Value r = left ? arith::ShLIOp::create(b, l, a[0], a[1]).getResult()
+                   : arith::ShRUIOp::create(b, l, a[0], a[1]).getResult();
+    return arith::SelectOp::create(b, l, big, scalarConst(b, l, t, 0), r);
+  };
+  return importElementwise(ctx, {x, y}, fn, kUndefined);
 }
 
 } // namespace
@@ -527,22 +811,7 @@ void registerElementwiseOps(OpRegistry &r) {
   unaryF("Ceil", [](B &b, L l, Value x) -> Value {
     return math::CeilOp::create(b, l, x);
   });
-  // log(1 + exp(x)) overflows for x >= 89 (float32); the equal
-  // x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)) does not, and keeps the
-  // small values of x <= -17 that 1 + exp(x) rounds away. Both branches
-  // are smooth, so the VJP is exp(x) / (1 + exp(x)) everywhere, 0.5 at 0
-  // (a form with max(x, 0) and |x| would depend on their subgradients).
-  unaryF("Softplus", [](B &b, L l, Value x) -> Value {
-    Value zero = scalarConst(b, l, x.getType(), 0.0);
-    Value positive = arith::AddFOp::create(
-        b, l, x,
-        math::Log1pOp::create(
-            b, l, math::ExpOp::create(b, l, arith::NegFOp::create(b, l, x))));
-    Value negative = math::Log1pOp::create(b, l, math::ExpOp::create(b, l, x));
-    return arith::SelectOp::create(
-        b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, zero), positive,
-        negative);
-  });
+  unaryF("Softplus", softplusOf);
   addSameType(r, "Neg", [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
     if (isF(a[0]))
       return arith::NegFOp::create(b, l, a[0]);
@@ -629,6 +898,115 @@ void registerElementwiseOps(OpRegistry &r) {
     return arith::SelectOp::create(
         b, l, pos, one, arith::SelectOp::create(b, l, neg, mone, zero));
   });
+  // Trigonometric and hyperbolic functions.
+  unaryF("Sin", mathOf<math::SinOp>);
+  unaryF("Cos", mathOf<math::CosOp>);
+  unaryF("Tan", mathOf<math::TanOp>);
+  unaryF("Asin", mathOf<math::AsinOp>);
+  unaryF("Acos", mathOf<math::AcosOp>);
+  unaryF("Atan", mathOf<math::AtanOp>);
+  unaryF("Sinh", mathOf<math::SinhOp>);
+  unaryF("Cosh", mathOf<math::CoshOp>);
+  unaryF("Asinh", mathOf<math::AsinhOp>);
+  unaryF("Acosh", mathOf<math::AcoshOp>);
+  unaryF("Atanh", mathOf<math::AtanhOp>);
+  // Round half to even (numpy.round, onnxruntime).
+  unaryF("Round", [](B &b, L l, Value x) -> Value {
+    return math::RoundEvenOp::create(b, l, x);
+  });
+  unaryF("Softsign", [](B &b, L l, Value x) -> Value {
+    Value one = scalarConst(b, l, x.getType(), 1.0);
+    return arith::DivFOp::create(
+        b, l, x,
+        arith::AddFOp::create(b, l, one, math::AbsFOp::create(b, l, x)));
+  });
+  // x tanh(softplus(x)), softplus as in Softplus above.
+  unaryF("Mish", [](B &b, L l, Value x) -> Value {
+    return arith::MulFOp::create(
+        b, l, x, mathOf<math::TanhOp>(b, l, softplusOf(b, l, x)));
+  });
+  addSameType(
+      r, "Selu",
+      [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
+        Type t = a[0].getType();
+        Value v =
+            expLinear(b, l, a[0],
+                      ctx.attrFloat("alpha", 1.67326319217681884765625f), 1.0);
+        return arith::MulFOp::create(
+            b, l,
+            scalarConst(b, l, t,
+                        ctx.attrFloat("gamma", 1.05070102214813232421875f)),
+            v);
+      },
+      true);
+  addSameType(
+      r, "Celu",
+      [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
+        // max(0, x) + min(0, alpha (exp(x / alpha) - 1)).
+        double alpha = ctx.attrFloat("alpha", 1.0f);
+        return expLinear(b, l, a[0], alpha, 1.0 / alpha);
+      },
+      true);
+  addSameType(
+      r, "ThresholdedRelu",
+      [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
+        Value x = a[0];
+        Type t = x.getType();
+        Value alpha = scalarConst(b, l, t, ctx.attrFloat("alpha", 1.0f));
+        return arith::SelectOp::create(
+            b, l, cmpF(b, l, arith::CmpFPredicate::OGT, x, alpha), x,
+            scalarConst(b, l, t, 0.0));
+      },
+      true);
+  addSameType(
+      r, "HardSwish",
+      [](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+        // x max(0, min(1, x / 6 + 1 / 2)).
+        Value x = a[0];
+        Type t = x.getType();
+        Value v = arith::AddFOp::create(
+            b, l, arith::MulFOp::create(b, l, scalarConst(b, l, t, 1.0 / 6), x),
+            scalarConst(b, l, t, 0.5));
+        v = arith::MaximumFOp::create(b, l, v, scalarConst(b, l, t, 0.0));
+        v = arith::MinimumFOp::create(b, l, v, scalarConst(b, l, t, 1.0));
+        return arith::MulFOp::create(b, l, x, v);
+      },
+      true);
+  addSameType(
+      r, "Shrink", [](B &b, L l, V a, int32_t d, NodeContext &ctx) -> Value {
+        // x < -lambd ? x + bias : x > lambd ? x - bias : 0.
+        Value x = a[0];
+        Type t = x.getType();
+        double lambd = ctx.attrFloat("lambd", 0.5f),
+               bias = ctx.attrFloat("bias", 0.0f);
+        Value zero = scalarConst(b, l, t, 0.0);
+        Value lo = scalarConst(b, l, t, -lambd),
+              hi = scalarConst(b, l, t, lambd);
+        Value bv = scalarConst(b, l, t, bias);
+        bool f = isF(x);
+        auto lt = [&](Value u, Value w) {
+          return f ? cmpF(b, l, arith::CmpFPredicate::OLT, u, w)
+                   : cmpI(b, l,
+                          isUnsignedDType(d) ? arith::CmpIPredicate::ult
+                                             : arith::CmpIPredicate::slt,
+                          u, w);
+        };
+        Value plus = f ? arith::AddFOp::create(b, l, x, bv).getResult()
+                       : arith::AddIOp::create(b, l, x, bv).getResult();
+        Value minus = f ? arith::SubFOp::create(b, l, x, bv).getResult()
+                        : arith::SubIOp::create(b, l, x, bv).getResult();
+        if (isUnsignedDType(d))
+          return arith::SelectOp::create(b, l, lt(hi, x), minus, zero);
+        return arith::SelectOp::create(
+            b, l, lt(x, lo), plus,
+            arith::SelectOp::create(b, l, lt(hi, x), minus, zero));
+      });
+  r.add("CastLike", importCast);
+  r.add("Mod", importMod);
+  r.add("PRelu", importPRelu);
+  r.add("IsInf", importIsInfNaN);
+  r.add("IsNaN", importIsInfNaN);
+  r.add("BitShift", importBitShift);
   r.add("Clip", importClip);
   r.add("Where", importWhere);
   r.add("Cast", importCast);
@@ -677,6 +1055,41 @@ void registerElementwiseOps(OpRegistry &r) {
     return arith::OrIOp::create(b, l, a[0], a[1]);
   });
   logic("Xor", [](B &b, L l, V a) -> Value {
+    return arith::XOrIOp::create(b, l, a[0], a[1]);
+  });
+
+  // Bitwise ops on integers (any width, signed or not).
+  auto bitwise = [&](StringRef name, Value (*fn)(B &, L, V)) {
+    r.add(name, [fn, opName = name.str()](NodeContext &ctx) -> LogicalResult {
+      SmallVector<TValue> ins;
+      for (int i = 0; i < ctx.numInputs(); ++i)
+        ins.push_back(ctx.input(i));
+      for (const TValue &t : ins)
+        if (t.dtype != ins[0].dtype || isFloatDType(t.dtype) ||
+            t.dtype == kBool)
+          return ctx.invalid("takes integer inputs of one dtype");
+      ScalarFn sfn = [fn](B &b, L l, V a, int32_t, NodeContext &) -> Value {
+        return fn(b, l, a);
+      };
+      return importElementwise(ctx, ins, sfn, kUndefined);
+    });
+  };
+  bitwise("BitwiseNot", [](B &b, L l, V a) -> Value {
+    return arith::XOrIOp::create(
+        b, l, a[0],
+        arith::ConstantOp::create(
+            b, l,
+            IntegerAttr::get(
+                a[0].getType(),
+                APInt::getAllOnes(a[0].getType().getIntOrFloatBitWidth()))));
+  });
+  bitwise("BitwiseAnd", [](B &b, L l, V a) -> Value {
+    return arith::AndIOp::create(b, l, a[0], a[1]);
+  });
+  bitwise("BitwiseOr", [](B &b, L l, V a) -> Value {
+    return arith::OrIOp::create(b, l, a[0], a[1]);
+  });
+  bitwise("BitwiseXor", [](B &b, L l, V a) -> Value {
     return arith::XOrIOp::create(b, l, a[0], a[1]);
   });
 }

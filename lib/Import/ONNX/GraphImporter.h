@@ -178,6 +178,7 @@ void registerConvOps(OpRegistry &registry);
 void registerNormalizationOps(OpRegistry &registry);
 void registerReductionOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
+void registerMovementOps(OpRegistry &registry);
 
 /// Importer state for one graph.
 class GraphImporter {

@@ -512,6 +512,7 @@ static const OpRegistry &getRegistry() {
     registerNormalizationOps(r);
     registerReductionOps(r);
     registerShapeOps(r);
+    registerMovementOps(r);
     return r;
   }();
   return registry;
@@ -657,12 +658,35 @@ static bool isIndexSlot(const onnx::NodeProto &n, int i) {
   StringRef op = n.op_type();
   if (op == "Where")
     return i == 0;
-  return i >= 1 &&
-         llvm::is_contained({"Gather", "GatherElements", "GatherND", "Reshape",
-                             "Expand", "Slice", "Tile", "Squeeze", "Unsqueeze",
-                             "ReduceSum", "ReduceMean", "ReduceMax",
-                             "ReduceMin", "TopK", "OneHot"},
-                            op);
+  // Pad's constant_value (input 2) is configuration, as PyTorch's pad value
+  // (a Python float) is.
+  return i >= 1 && llvm::is_contained({"Gather",
+                                       "GatherElements",
+                                       "GatherND",
+                                       "Reshape",
+                                       "Expand",
+                                       "Slice",
+                                       "Tile",
+                                       "Squeeze",
+                                       "Unsqueeze",
+                                       "ReduceSum",
+                                       "ReduceMean",
+                                       "ReduceMax",
+                                       "ReduceMin",
+                                       "ReduceProd",
+                                       "ReduceSumSquare",
+                                       "ReduceL1",
+                                       "ReduceL2",
+                                       "ReduceLogSum",
+                                       "ReduceLogSumExp",
+                                       "TopK",
+                                       "OneHot",
+                                       "Split",
+                                       "Pad",
+                                       "Trilu",
+                                       "CumSum",
+                                       "CumProd"},
+                                      op);
 }
 
 llvm::StringSet<> lossDependencies(const onnx::GraphProto &graph) {
@@ -878,7 +902,10 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
       // A compile-time value for this input: check it, make it a constant.
       const auto &bt = bound->second;
       int32_t declared = vi.type().tensor_type().elem_type();
-      if (declared != bt.dtype) {
+      // .npy has no bfloat16: its raw bits come as uint16, as for a
+      // program's --input.
+      if (declared != bt.dtype &&
+          !(declared == kBFloat16 && bt.dtype == kUInt16)) {
         (void)gi.fail(ImportErrorKind::Invalid,
                       "--bind-input " + vi.name() + ": value has dtype " +
                           dtypeName(bt.dtype) + ", the graph input is " +
@@ -899,14 +926,14 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
       }
       onnx::TensorProto t;
       t.set_name(vi.name());
-      t.set_data_type(bt.dtype);
+      t.set_data_type(declared);
       for (int64_t d : bt.shape)
         t.add_dims(d);
       t.set_raw_data(bt.data);
       auto attr = gi.tensorToAttr(t, "bound input");
       if (failed(attr))
         return nullptr;
-      gi.constants[vi.name()] = {*attr, bt.dtype};
+      gi.constants[vi.name()] = {*attr, declared};
       continue;
     }
     if (!vi.type().has_tensor_type()) {
@@ -934,11 +961,13 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                                                   ", more than 2^40 elements");
       return nullptr;
     }
-    if (numElements(shape) == 0) {
+    // Zero-size tensors compile for inference (MLIR's static shapes allow
+    // them); a training step has no use for them.
+    if (numElements(shape) == 0 && options.parameterize) {
       (void)gi.fail(ImportErrorKind::Unsupported,
                     "unsupported: graph input '" + vi.name() +
                         "' has zero elements (zero-size tensors are not "
-                        "supported)");
+                        "supported in training)");
       return nullptr;
     }
     argTypes.push_back(RankedTensorType::get(shape, elem));
@@ -1179,6 +1208,11 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                                                    "BatchNormalization",
                                                    "InstanceNormalization",
                                                    "LRN",
+                                                   "RMSNormalization",
+                                                   "LpNormalization",
+                                                   "CumSum",
+                                                   "NegativeLogLikelihoodLoss",
+                                                   "SoftmaxCrossEntropyLoss",
                                                    "Mean",
                                                    "Sum"};
     if (accumulating.contains(node.op_type()))
@@ -1237,11 +1271,11 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     }
     TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()]
                                           : gi.materialize(vi.name());
-    if (numElements(v.shape()) == 0) {
+    if (numElements(v.shape()) == 0 && options.parameterize) {
       (void)gi.fail(ImportErrorKind::Unsupported,
                     "unsupported: graph output '" + vi.name() +
                         "' has zero elements (zero-size tensors are not "
-                        "supported)");
+                        "supported in training)");
       return nullptr;
     }
     results.push_back(v.value);

@@ -43,6 +43,35 @@ Value reduceMax(OpBuilder &b, Location l, Value x, ArrayRef<int64_t> axes) {
                         });
 }
 
+/// softmax(x) or log_softmax(x) over `axes`, with the maximum subtracted
+/// first so that exp cannot overflow.
+Value buildSoftmax(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
+                   bool logSoftmax) {
+  auto t = cast<RankedTensorType>(x.getType());
+  Type elem = t.getElementType();
+  Value m = reduceMax(b, loc, x, axes);
+  Value e =
+      buildElementwise(b, loc, ValueRange{x, m}, t.getShape(), elem,
+                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return math::ExpOp::create(
+                             nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
+                       });
+  Value s = reduceSum(b, loc, e, axes);
+  if (logSoftmax)
+    return buildElementwise(
+        b, loc, ValueRange{x, m, s}, t.getShape(), elem,
+        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          return arith::SubFOp::create(nb, l,
+                                       arith::SubFOp::create(nb, l, a[0], a[1]),
+                                       math::LogOp::create(nb, l, a[2]));
+        });
+  return buildElementwise(
+      b, loc, ValueRange{e, s}, t.getShape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::DivFOp::create(nb, l, a[0], a[1]);
+      });
+}
+
 LogicalResult importSoftmax(NodeContext &ctx, bool logSoftmax) {
   TValue x = ctx.input(0);
   if (!isFloatDType(x.dtype))
@@ -56,30 +85,7 @@ LogicalResult importSoftmax(NodeContext &ctx, bool logSoftmax) {
   // Before opset 13 the input is coerced to 2-D at `axis`.
   for (int64_t d = *axisOr; d < (ctx.opset < 13 ? rank : *axisOr + 1); ++d)
     axes.push_back(d);
-  OpBuilder &b = ctx.builder();
-  Location loc = ctx.loc();
-  Type elem = x.elementType();
-  Value m = reduceMax(b, loc, x.value, axes);
-  Value e =
-      buildElementwise(b, loc, ValueRange{x.value, m}, x.shape(), elem,
-                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                         return math::ExpOp::create(
-                             nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
-                       });
-  Value s = reduceSum(b, loc, e, axes);
-  Value r;
-  if (logSoftmax)
-    r = buildElementwise(b, loc, ValueRange{x.value, m, s}, x.shape(), elem,
-                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                           return arith::SubFOp::create(
-                               nb, l, arith::SubFOp::create(nb, l, a[0], a[1]),
-                               math::LogOp::create(nb, l, a[2]));
-                         });
-  else
-    r = buildElementwise(b, loc, ValueRange{e, s}, x.shape(), elem,
-                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                           return arith::DivFOp::create(nb, l, a[0], a[1]);
-                         });
+  Value r = buildSoftmax(ctx.builder(), ctx.loc(), x.value, axes, logSoftmax);
   ctx.setOutput(0, {r, x.dtype});
   return success();
 }
@@ -412,6 +418,253 @@ LogicalResult importInstanceNorm(NodeContext &ctx) {
   return success();
 }
 
+/// RMSNormalization (opset 23): x / sqrt(mean(x^2 over axes axis..) + eps)
+/// * scale (Zhang & Sennrich, "Root Mean Square Layer Normalization", 2019).
+LogicalResult importRMSNorm(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"axis", "epsilon", "stash_type"})))
+    return failure();
+  TValue x = ctx.input(0), scale = ctx.input(1);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  int64_t rank = x.rank();
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", -1), rank);
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  if (!broadcastsTo(scale.shape(), x.shape()))
+    return ctx.invalid("scale cannot be broadcast to X");
+  SmallVector<int64_t> axes;
+  int64_t count = 1;
+  for (int64_t d = *axisOr; d < rank; ++d) {
+    axes.push_back(d);
+    count *= x.shape()[d];
+  }
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  Value sq = buildElementwise(
+      b, loc, x.value, x.shape(), elem,
+      [](OpBuilder &nb, Location l, ValueRange a) {
+        return arith::MulFOp::create(nb, l, a[0], a[0]).getResult();
+      });
+  Value ss = reduceSum(b, loc, sq, axes);
+  double eps = ctx.attrFloat("epsilon", 1e-5f);
+  Value inv = buildElementwise(
+      b, loc, ss, keptShape(x.shape(), axes), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value ms =
+            arith::DivFOp::create(nb, l, a[0], scalarConst(nb, l, elem, count));
+        return math::RsqrtOp::create(
+            nb, l,
+            arith::AddFOp::create(nb, l, ms, scalarConst(nb, l, elem, eps)));
+      });
+  Value y = buildElementwise(
+      b, loc, ValueRange{x.value, inv, scale.value}, x.shape(), elem,
+      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return arith::MulFOp::create(
+            nb, l, arith::MulFOp::create(nb, l, a[0], a[1]), a[2]);
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  return success();
+}
+
+/// LpNormalization: x / ||x||_p along `axis`, p = 1 or 2; a zero norm
+/// gives 0 (onnxruntime).
+LogicalResult importLpNorm(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"axis", "p"})))
+    return failure();
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", -1), x.rank());
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  int64_t p = ctx.attrInt("p", 2);
+  if (p != 1 && p != 2)
+    return ctx.invalid("p must be 1 or 2, got " + Twine(p));
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  Value t =
+      buildElementwise(b, loc, x.value, x.shape(), elem,
+                       [p](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         if (p == 1)
+                           return math::AbsFOp::create(nb, l, a[0]);
+                         return arith::MulFOp::create(nb, l, a[0], a[0]);
+                       });
+  Value norm = reduceSum(b, loc, t, {*axisOr});
+  Value y = buildElementwise(
+      b, loc, ValueRange{x.value, norm}, x.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value n = p == 2 ? math::SqrtOp::create(nb, l, a[1]).getResult() : a[1];
+        Value zero = scalarConst(nb, l, elem, 0.0);
+        Value isZero =
+            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, n, zero);
+        // Divide by 1 where the norm is 0, so neither value nor VJP is NaN.
+        Value safe = arith::SelectOp::create(nb, l, isZero,
+                                             scalarConst(nb, l, elem, 1.0), n);
+        return arith::SelectOp::create(
+            nb, l, isZero, zero, arith::DivFOp::create(nb, l, a[0], safe));
+      });
+  ctx.setOutput(0, {y, x.dtype});
+  return success();
+}
+
+/// The negative log-likelihood of log-probabilities `logp` [N, C, d...] at
+/// the classes `target` [N, d...] (ints), weighted by `weight` [C] (or 1),
+/// 0 where target == ignore_index; reduced by `reduction` (none, sum, or
+/// mean: the sum over the sum of the weights taken), as ONNX's
+/// NegativeLogLikelihoodLoss and PyTorch's nll_loss. A target outside
+/// [0, C) that is not ignore_index is counted by a run-time check.
+LogicalResult buildNLL(NodeContext &ctx, Value logp, int32_t dtype,
+                       int targetInput, int weightInput) {
+  auto xt = cast<RankedTensorType>(logp.getType());
+  TValue target = ctx.input(targetInput);
+  int64_t rank = xt.getRank();
+  if (rank < 2)
+    return ctx.invalid("input must have rank >= 2 ([N, C, ...])");
+  if (!isa<IntegerType>(target.elementType()) || target.dtype == kBool)
+    return ctx.invalid("target must be integers");
+  SmallVector<int64_t> want{xt.getDimSize(0)};
+  for (int64_t d = 2; d < rank; ++d)
+    want.push_back(xt.getDimSize(d));
+  if (target.shape() != ArrayRef<int64_t>(want))
+    return ctx.invalid("target has shape " + shapeString(target.shape()) +
+                       ", expected " + shapeString(want));
+  int64_t classes = xt.getDimSize(1);
+  if (classes == 0)
+    return ctx.invalid("the class axis is empty");
+  Value weight;
+  if (ctx.hasInput(weightInput)) {
+    TValue w = ctx.input(weightInput);
+    if (w.shape() != ArrayRef<int64_t>{classes} || w.dtype != dtype)
+      return ctx.invalid("weight must be [C] of the input's dtype");
+    weight = w.value;
+  }
+  std::string reduction = ctx.attrString("reduction", "mean");
+  if (reduction != "none" && reduction != "sum" && reduction != "mean")
+    return ctx.invalid("reduction must be none, sum or mean, got '" +
+                       reduction + "'");
+  bool hasIgnore = ctx.hasAttr("ignore_index");
+  int64_t ignore = ctx.attrInt("ignore_index", 0);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = xt.getElementType();
+  Type ti = target.elementType();
+  auto isIgnored = [&](OpBuilder &nb, Location l, Value t) -> Value {
+    if (!hasIgnore)
+      return arith::ConstantIntOp::create(nb, l, nb.getI1Type(), 0);
+    return arith::CmpIOp::create(
+        nb, l, arith::CmpIPredicate::eq, t,
+        arith::ConstantOp::create(nb, l, IntegerAttr::get(ti, ignore)));
+  };
+  if (ctx.importer.options.runtimeChecks) {
+    Value bad = buildElementwise(
+        b, loc, target.value, target.shape(), b.getI1Type(),
+        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          Value t = a[0];
+          Value lo = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, t,
+                                           scalarConst(nb, l, ti, 0));
+          Value hi = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, t,
+                                           scalarConst(nb, l, ti, classes));
+          Value out = arith::OrIOp::create(nb, l, lo, hi);
+          return arith::AndIOp::create(
+              nb, l, out,
+              arith::XOrIOp::create(
+                  nb, l, isIgnored(nb, l, t),
+                  arith::ConstantIntOp::create(nb, l, nb.getI1Type(), 1)));
+        });
+    std::string node = ctx.node.name();
+    if (auto name = dyn_cast<NameLoc>(loc))
+      node = name.getName().str();
+    buildCountCheck(b, loc, bad,
+                    printableText(("target '" + ctx.node.input(targetInput) +
+                                   "' outside [0, " + Twine(classes) + ") in " +
+                                   ctx.node.op_type() + " node '" + node + "'")
+                                      .str()));
+  }
+  // Per element: the clamped class, whether it counts, and its weight.
+  auto classAt = [&](OpBuilder &nb, Location l, Value t) -> Value {
+    Value idx = arith::IndexCastOp::create(nb, l, nb.getIndexType(), t);
+    Value zero = arith::ConstantIndexOp::create(nb, l, 0);
+    idx = arith::MaxSIOp::create(nb, l, idx, zero);
+    return arith::MinSIOp::create(
+        nb, l, idx, arith::ConstantIndexOp::create(nb, l, classes - 1));
+  };
+  auto weightAt = [&](OpBuilder &nb, Location l, Value t) -> Value {
+    Value w = weight ? tensor::ExtractOp::create(nb, l, weight,
+                                                 ValueRange{classAt(nb, l, t)})
+                           .getResult()
+                     : scalarConst(nb, l, elem, 1.0);
+    return arith::SelectOp::create(nb, l, isIgnored(nb, l, t),
+                                   scalarConst(nb, l, elem, 0.0), w);
+  };
+  Value loss = buildElementwise(
+      b, loc, target.value, target.shape(), elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        SmallVector<Value> coords{linalg::IndexOp::create(nb, l, 0),
+                                  classAt(nb, l, a[0])};
+        for (int64_t d = 2; d < rank; ++d)
+          coords.push_back(linalg::IndexOp::create(nb, l, d - 1));
+        Value x = tensor::ExtractOp::create(nb, l, logp, coords);
+        return arith::NegFOp::create(
+            nb, l, arith::MulFOp::create(nb, l, x, weightAt(nb, l, a[0])));
+      });
+  if (reduction == "none") {
+    ctx.setOutput(0, {loss, dtype});
+    return success();
+  }
+  SmallVector<int64_t> all;
+  for (int64_t d = 0; d < target.rank(); ++d)
+    all.push_back(d);
+  auto sumAll = [&](Value v) {
+    return buildReduction(b, loc, v, all, false, scalarAttr(elem, 0.0),
+                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return arith::AddFOp::create(nb, l, a[0], a[1]);
+                          });
+  };
+  Value total = sumAll(loss);
+  if (reduction == "mean") {
+    Value w = buildElementwise(b, loc, target.value, target.shape(), elem,
+                               [&](OpBuilder &nb, Location l, ValueRange a) {
+                                 return weightAt(nb, l, a[0]);
+                               });
+    total =
+        buildElementwise(b, loc, ValueRange{total, sumAll(w)}, {}, elem,
+                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return arith::DivFOp::create(nb, l, a[0], a[1]);
+                         });
+  }
+  ctx.setOutput(0, {total, dtype});
+  return success();
+}
+
+LogicalResult importNLLLoss(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"reduction", "ignore_index"})))
+    return failure();
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  return buildNLL(ctx, x.value, x.dtype, 1, 2);
+}
+
+/// SoftmaxCrossEntropyLoss: NLL of log_softmax(scores) over axis 1; the
+/// optional second output is that log_softmax.
+LogicalResult importSoftmaxCrossEntropy(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"reduction", "ignore_index"})))
+    return failure();
+  TValue x = ctx.input(0);
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (x.rank() < 2)
+    return ctx.invalid("scores must have rank >= 2 ([N, C, ...])");
+  Value logp = buildSoftmax(ctx.builder(), ctx.loc(), x.value, {1}, true);
+  if (failed(buildNLL(ctx, logp, x.dtype, 1, 2)))
+    return failure();
+  if (ctx.hasOutput(1))
+    ctx.setOutput(1, {logp, x.dtype});
+  return success();
+}
+
 /// LRN (AlexNet): y = x / (bias + alpha/size * sum_{window over C} x^2)^beta.
 LogicalResult importLRN(NodeContext &ctx) {
   TValue x = ctx.input(0);
@@ -481,6 +734,10 @@ void registerNormalizationOps(OpRegistry &r) {
   r.add("LayerNormalization", importLayerNorm);
   r.add("InstanceNormalization", importInstanceNorm);
   r.add("LRN", importLRN);
+  r.add("RMSNormalization", importRMSNorm);
+  r.add("LpNormalization", importLpNorm);
+  r.add("NegativeLogLikelihoodLoss", importNLLLoss);
+  r.add("SoftmaxCrossEntropyLoss", importSoftmaxCrossEntropy);
 }
 
 } // namespace ddpc::onnx_import

@@ -14,6 +14,8 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace ddpc::onnx_import {
@@ -451,6 +453,23 @@ LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
   return success();
 }
 
+/// The element index an integer index `v` reads along an axis of
+/// `dimSize` elements: negative indices count from the end, and the
+/// result is clamped to [0, dimSize), so that an index out of range never
+/// reads outside the tensor; the run-time check (checkIndices) reports it
+/// after the step.
+Value readableIndex(OpBuilder &b, Location l, Value v, int64_t dimSize) {
+  Value idx = arith::IndexCastOp::create(b, l, b.getIndexType(), v);
+  Value zero = arith::ConstantIndexOp::create(b, l, 0);
+  Value n = arith::ConstantIndexOp::create(b, l, dimSize);
+  Value neg = arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, idx, zero);
+  idx = arith::SelectOp::create(b, l, neg, arith::AddIOp::create(b, l, idx, n),
+                                idx);
+  return arith::MinSIOp::create(
+      b, l, arith::MaxSIOp::create(b, l, idx, zero).getResult(),
+      arith::ConstantIndexOp::create(b, l, dimSize - 1).getResult());
+}
+
 LogicalResult importGather(NodeContext &ctx) {
   auto dataShape = inputShape(ctx, 0);
   auto idxShape = inputShape(ctx, 1);
@@ -503,19 +522,7 @@ LogicalResult importGather(NodeContext &ctx) {
       ctx.builder(), ctx.loc(), indices.value, {idxMap}, outShape,
       data.elementType(), 0, std::nullopt,
       [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-        Value idx = arith::IndexCastOp::create(b, l, b.getIndexType(), a[0]);
-        // Negative indices count from the end.
-        Value zero = arith::ConstantIndexOp::create(b, l, 0);
-        Value n = arith::ConstantIndexOp::create(b, l, dimSize);
-        Value neg =
-            arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, idx, zero);
-        idx = arith::SelectOp::create(b, l, neg,
-                                      arith::AddIOp::create(b, l, idx, n), idx);
-        // Clamped, so that an index out of range never reads outside the
-        // table; the run-time check (below) reports it after the step.
-        idx = arith::MinSIOp::create(
-            b, l, arith::MaxSIOp::create(b, l, idx, zero).getResult(),
-            arith::ConstantIndexOp::create(b, l, dimSize - 1).getResult());
+        Value idx = readableIndex(b, l, a[0], dimSize);
         SmallVector<Value> coords;
         for (int64_t d = 0; d < axis; ++d)
           coords.push_back(linalg::IndexOp::create(b, l, d));
@@ -526,6 +533,104 @@ LogicalResult importGather(NodeContext &ctx) {
       });
   ctx.setOutput(0, {r, data.dtype});
   return success();
+}
+
+/// GatherElements: out[i_0, .., i_n] = data[i_0, .., idx[i_0, .., i_n], ..,
+/// i_n] with the index at `axis`; indices have data's rank, and every
+/// other axis no larger than data's.
+LogicalResult importGatherElements(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"axis"})))
+    return failure();
+  TValue data = ctx.input(0), indices = ctx.input(1);
+  int64_t rank = data.rank();
+  if (indices.rank() != rank)
+    return ctx.invalid("indices have rank " + Twine(indices.rank()) +
+                       ", data " + Twine(rank));
+  auto axisOr = normalizeAxis(ctx.attrInt("axis", 0), rank);
+  if (failed(axisOr))
+    return ctx.invalid("axis out of range");
+  int64_t axis = *axisOr;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && indices.shape()[d] > data.shape()[d])
+      return ctx.invalid("indices axis " + Twine(d) + " (size " +
+                         Twine(indices.shape()[d]) + ") exceeds data's (" +
+                         Twine(data.shape()[d]) + ")");
+  if (numElements(indices.shape()) == 0) {
+    ctx.setOutput(0,
+                  {tensor::EmptyOp::create(ctx.builder(), ctx.loc(),
+                                           indices.shape(), data.elementType()),
+                   data.dtype});
+    return success();
+  }
+  if (failed(checkIndices(ctx, 1, data.shape()[axis],
+                          "axis " + std::to_string(axis) + " of '" +
+                              ctx.node.input(0) + "'")))
+    return failure();
+  int64_t dimSize = data.shape()[axis];
+  Value dataV = data.value;
+  Value r = buildElementwise(
+      ctx.builder(), ctx.loc(), indices.value, indices.shape(),
+      data.elementType(), [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        Value idx = readableIndex(b, l, a[0], dimSize);
+        SmallVector<Value> coords;
+        for (int64_t d = 0; d < rank; ++d)
+          coords.push_back(
+              d == axis ? idx : linalg::IndexOp::create(b, l, d).getResult());
+        return tensor::ExtractOp::create(b, l, dataV, coords);
+      });
+  ctx.setOutput(0, {r, data.dtype});
+  return success();
+}
+
+/// Range: start, limit and delta must be import-time constants (the output
+/// shape depends on them); the result is a host constant, n =
+/// max(ceil((limit - start) / delta), 0) elements start + i delta.
+LogicalResult importRange(NodeContext &ctx) {
+  SmallVector<DenseElementsAttr> c;
+  for (int i = 0; i < 3; ++i) {
+    auto v = ctx.constInput(i);
+    if (!v) {
+      return ctx.unsupported("input #" + Twine(i) + " ('" + ctx.node.input(i) +
+                             "') must be a constant known at compile time; "
+                             "bind it with --bind-input " +
+                             ctx.node.input(i) + "=FILE.npy");
+    }
+    if (v->getNumElements() != 1)
+      return ctx.invalid("input #" + Twine(i) + " must be a scalar");
+    c.push_back(*v);
+  }
+  int32_t dtype = ctx.importer.constants[ctx.node.input(0)].second;
+  Type elem = c[0].getElementType();
+  bool isF = isa<FloatType>(elem);
+  auto asDouble = [&](DenseElementsAttr a) {
+    return isF ? (*a.getValues<APFloat>().begin()).convertToDouble()
+               : double((*a.getValues<APInt>().begin()).getSExtValue());
+  };
+  double start = asDouble(c[0]), limit = asDouble(c[1]), delta = asDouble(c[2]);
+  if (delta == 0)
+    return ctx.invalid("delta is 0");
+  double count = std::ceil((limit - start) / delta);
+  if (!(count < 1e8))
+    return ctx.invalid("Range of more than 10^8 elements");
+  int64_t n = std::max<int64_t>(int64_t(count), 0);
+  auto t = RankedTensorType::get({n}, elem);
+  if (isF) {
+    SmallVector<APFloat> vals;
+    for (int64_t i = 0; i < n; ++i) {
+      APFloat v(start + double(i) * delta);
+      bool lost;
+      v.convert(cast<FloatType>(elem).getFloatSemantics(),
+                APFloat::rmNearestTiesToEven, &lost);
+      vals.push_back(v);
+    }
+    return ctx.setConstOutput(0, DenseElementsAttr::get(t, vals), dtype);
+  }
+  int64_t s0 = (*c[0].getValues<APInt>().begin()).getSExtValue();
+  int64_t d0 = (*c[2].getValues<APInt>().begin()).getSExtValue();
+  SmallVector<APInt> vals;
+  for (int64_t i = 0; i < n; ++i)
+    vals.push_back(APInt(elem.getIntOrFloatBitWidth(), s0 + i * d0, true));
+  return ctx.setConstOutput(0, DenseElementsAttr::get(t, vals), dtype);
 }
 
 LogicalResult importExpand(NodeContext &ctx) {
@@ -777,6 +882,8 @@ void registerShapeOps(OpRegistry &r) {
   r.add("Concat", importConcat);
   r.add("Slice", importSlice);
   r.add("Gather", importGather);
+  r.add("GatherElements", importGatherElements);
+  r.add("Range", importRange);
   r.add("Expand", importExpand);
   r.add("Shape", importShape);
   r.add("Size", importSize);
