@@ -5,7 +5,7 @@ JOBS ?= 2
 PYTHON ?= python3
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-lit test-unit test-backend \
+.PHONY: all setup configure build test test-format test-lit test-unit test-backend \
         test-light test-cuda-emulate test-python test-fuzz fuzz demo \
         demo-inference bench clean format
 
@@ -60,7 +60,7 @@ test-fuzz: setup
 fuzz: setup
 	JOBS=$(JOBS) bash scripts/fuzz $(FUZZ_SECONDS)
 
-test: test-lit test-unit test-backend test-light test-cuda-emulate test-python test-fuzz
+test: test-format test-lit test-unit test-backend test-light test-cuda-emulate test-python test-fuzz
 
 # The main job: data-parallel training of a CNN on Fashion-MNIST (2 ranks),
 # then the digits MLP. Each checks test accuracy with onnxruntime.
@@ -76,8 +76,14 @@ demo-inference: build
 bench: build
 	$(PYTHON) bench/run_bench.py --ddpc $(BUILD)/bin/ddpc
 
-format:
-	find include lib tools unittests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
+# The formatters and versions scripts/check-format (part of make test) holds
+# the tree to.
+format: setup
+	git ls-files '*.cpp' '*.h' '*.cu' | xargs clang-format-14 -i
+	git ls-files '*.py' | xargs $(PYTHON) -m black -q
+
+test-format: setup
+	scripts/check-format
 
 clean:
 	rm -rf $(BUILD) build-fuzz build-fuzz.configure.log

@@ -58,7 +58,7 @@ def worker(rank, args):
     for s in range(args.steps):
         lo = (s * args.ranks + rank) * args.batch
         opt.zero_grad()
-        loss = loss_fn(model(ids[lo:lo + args.batch]), labels[lo:lo + args.batch])
+        loss = loss_fn(model(ids[lo : lo + args.batch]), labels[lo : lo + args.batch])
         loss.backward()
         opt.step()
     if rank == 0:

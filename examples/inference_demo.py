@@ -25,40 +25,70 @@ LIGHT = pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data" / "ligh
 
 
 def models():
-    yield "lenet (examples)", ROOT / "examples/models/lenet.onnx", {"input": (8, 1, 28, 28)}
-    yield "resnet_mini (examples)", ROOT / "examples/models/resnet_mini.onnx", {"input": (8, 3, 32, 32)}
+    yield "lenet (examples)", ROOT / "examples/models/lenet.onnx", {
+        "input": (8, 1, 28, 28)
+    }
+    yield "resnet_mini (examples)", ROOT / "examples/models/resnet_mini.onnx", {
+        "input": (8, 3, 32, 32)
+    }
     for name in ("squeezenet", "resnet50", "densenet121"):
         path = LIGHT / f"light_{name}.onnx"
         m = onnx.load(str(path), load_external_data=False)
         inits = {i.name for i in m.graph.initializer}
-        shapes = {vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-                  for vi in m.graph.input if vi.name not in inits}
+        shapes = {
+            vi.name: tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+            for vi in m.graph.input
+            if vi.name not in inits
+        }
         yield f"{name} (onnx light)", path, shapes
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--ddpc", default=str(ROOT / "build/bin/ddpc"))
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'model':26} {'compile s':>9} {'max abs err':>12} {'ddpc ms':>9} {'ort ms':>8} {'ratio':>6}")
+    print(
+        f"{'model':26} {'compile s':>9} {'max abs err':>12} {'ddpc ms':>9} {'ort ms':>8} {'ratio':>6}"
+    )
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         for label, path, shapes in models():
-            feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+            feeds = {
+                n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()
+            }
             prog = tmp / "prog"
             batch = next(iter(shapes.values()))[0]
             t0 = time.perf_counter()
-            proc = subprocess.run([args.ddpc, "compile", str(path), "-o", str(prog),
-                                   "--batch-size", str(batch)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    args.ddpc,
+                    "compile",
+                    str(path),
+                    "-o",
+                    str(prog),
+                    "--batch-size",
+                    str(batch),
+                ],
+                capture_output=True,
+                text=True,
+            )
             compile_s = time.perf_counter() - t0
             if proc.returncode != 0:
                 print(f"{label:26} compile failed: {proc.stderr.strip()}")
                 ok = False
                 continue
-            cmd = [str(prog), "--output-dir", str(tmp / "out"), "--time", str(args.runs)]
+            cmd = [
+                str(prog),
+                "--output-dir",
+                str(tmp / "out"),
+                "--time",
+                str(args.runs),
+            ]
             for i, (n, v) in enumerate(feeds.items()):
                 np.save(tmp / f"input_{i}.npy", v)
                 cmd += ["--input", f"{n}={tmp / f'input_{i}.npy'}"]
@@ -71,7 +101,9 @@ def main() -> int:
             ddpc_ms = float(m.group(1)) if m else float("nan")
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1
-            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            sess = ort.InferenceSession(
+                str(path), so, providers=["CPUExecutionProvider"]
+            )
             want = sess.run(None, feeds)
             times = []
             for _ in range(args.runs):
@@ -86,7 +118,9 @@ def main() -> int:
                 got = np.load(tmp / "out" / f"{stem}.npy")
                 err = max(err, float(np.max(np.abs(got - w))))
                 ok &= bool(np.allclose(got, w, rtol=1e-3, atol=1e-4))
-            print(f"{label:26} {compile_s:9.1f} {err:12.2e} {ddpc_ms:9.1f} {ort_ms:8.1f} {ddpc_ms / ort_ms:6.1f}")
+            print(
+                f"{label:26} {compile_s:9.1f} {err:12.2e} {ddpc_ms:9.1f} {ort_ms:8.1f} {ddpc_ms / ort_ms:6.1f}"
+            )
     print("demo:", "all outputs match onnxruntime" if ok else "MISMATCH")
     return 0 if ok else 1
 

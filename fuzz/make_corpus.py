@@ -46,10 +46,14 @@ def onnx_seeds(out: pathlib.Path, limit: int = 400) -> int:
 
 def npy_seeds(out: pathlib.Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    arrays = [np.zeros((), np.float32), np.arange(6, dtype=np.int64).reshape(2, 3),
-              np.zeros((0, 3), np.float32), np.array([True, False]),
-              np.arange(24, dtype=np.float64).reshape(2, 3, 4),
-              np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))]
+    arrays = [
+        np.zeros((), np.float32),
+        np.arange(6, dtype=np.int64).reshape(2, 3),
+        np.zeros((0, 3), np.float32),
+        np.array([True, False]),
+        np.arange(24, dtype=np.float64).reshape(2, 3, 4),
+        np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)),
+    ]
     for dt in ["u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8", "f2", "f4", "f8"]:
         arrays.append(np.arange(5).astype(dt))
     count = 0

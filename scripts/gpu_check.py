@@ -183,7 +183,9 @@ SAMPLE = 8192
 
 def need_numpy() -> None:
     if np is None:
-        sys.exit(f"gpu_check: error: numpy is not importable by {sys.executable}; set PYTHON to a python3 with numpy")
+        sys.exit(
+            f"gpu_check: error: numpy is not importable by {sys.executable}; set PYTHON to a python3 with numpy"
+        )
 
 
 def sha256_array(a) -> str:
@@ -237,15 +239,25 @@ def read_checkpoint(path) -> dict:
         raise CheckpointError(f"{path}: not a ddpc checkpoint (bad magic)")
     version = u("I")
     if version not in (1, 2):
-        raise CheckpointError(f"{path}: checkpoint format version {version}, expected 1 or 2")
+        raise CheckpointError(
+            f"{path}: checkpoint format version {version}, expected 1 or 2"
+        )
     ck = {"model": string(), "optimizer": string()}
     for key, fmt in (
-        ("world", "i"), ("batch", "q"), ("accum", "i"), ("seed", "Q"), ("shuffle", "B"),
-        ("epoch", "q"), ("step_in_epoch", "q"), ("global_step", "q"),
+        ("world", "i"),
+        ("batch", "q"),
+        ("accum", "i"),
+        ("seed", "Q"),
+        ("shuffle", "B"),
+        ("epoch", "q"),
+        ("step_in_epoch", "q"),
+        ("global_step", "q"),
         # Version 2: the optimizer steps applied (steps skipped for a
         # non-finite loss excluded).
         *((("optimizer_steps", "q"),) if version >= 2 else ()),
-        ("epoch_loss_sum", "d"), ("epoch_correct", "q"), ("epoch_samples", "q"),
+        ("epoch_loss_sum", "d"),
+        ("epoch_correct", "q"),
+        ("epoch_samples", "q"),
         ("epoch_steps", "q"),
     ):
         ck[key] = u(fmt)
@@ -256,7 +268,11 @@ def read_checkpoint(path) -> dict:
             name = string()
             shape = [u("q") for _ in range(u("I"))]
             numel = int(np.prod(shape)) if shape else 1
-            tensors[name] = np.frombuffer(take(4 * numel), dtype="<f4").astype(np.float32).reshape(shape)
+            tensors[name] = (
+                np.frombuffer(take(4 * numel), dtype="<f4")
+                .astype(np.float32)
+                .reshape(shape)
+            )
         ck[section] = tensors
     body_end = pos
     stored = u("Q")
@@ -308,7 +324,9 @@ def sample_index(i: int, numel: int):
     """The fixed sample of tensor i of the reference (None: whole tensor)."""
     if numel <= FULL_MAX:
         return None
-    return np.sort(np.random.default_rng(1000 + i).choice(numel, SAMPLE, replace=False)).astype(np.int64)
+    return np.sort(
+        np.random.default_rng(1000 + i).choice(numel, SAMPLE, replace=False)
+    ).astype(np.int64)
 
 
 def rel_update_error(got, ref_vals, base, idx, ref_norm_full: float) -> float:
@@ -325,7 +343,11 @@ def rel_update_error(got, ref_vals, base, idx, ref_norm_full: float) -> float:
     d = float(np.linalg.norm(gs - r))
     e1 = d / d_ref if d_ref > 0 else (0.0 if d == 0 else math.inf)
     n = float(np.linalg.norm(g - b))
-    e2 = abs(n - ref_norm_full) / ref_norm_full if ref_norm_full > 0 else (0.0 if n == 0 else math.inf)
+    e2 = (
+        abs(n - ref_norm_full) / ref_norm_full
+        if ref_norm_full > 0
+        else (0.0 if n == 0 else math.inf)
+    )
     return max(e1, e2)
 
 
@@ -333,7 +355,13 @@ def compare_losses(got: list, ref: list, chaos=None) -> dict:
     """Per step: |got - ref| <= LOSS_RTOL*max(1,|ref|) + CHAOS*running max of
     `chaos` (PyTorch |t32 - t64|). ratio = deviation / allowance."""
     n = len(ref)
-    out = {"ok": False, "max_abs": math.inf, "max_ratio": math.inf, "max_ratio_strict": math.inf, "why": ""}
+    out = {
+        "ok": False,
+        "max_abs": math.inf,
+        "max_ratio": math.inf,
+        "max_ratio_strict": math.inf,
+        "why": "",
+    }
     if len(got) < n:
         out["why"] = f"{len(got)} step losses logged, expected {n}"
         return out
@@ -351,8 +379,14 @@ def compare_losses(got: list, ref: list, chaos=None) -> dict:
             worst, at = ratio, i + 1
         worst_strict = max(worst_strict, d / base)
         max_abs = max(max_abs, d)
-    out.update(ok=worst <= 1.0, max_abs=max_abs, max_ratio=worst, max_ratio_strict=worst_strict, worst_step=at,
-               envelope_used=chaos is not None)
+    out.update(
+        ok=worst <= 1.0,
+        max_abs=max_abs,
+        max_ratio=worst,
+        max_ratio_strict=worst_strict,
+        worst_step=at,
+        envelope_used=chaos is not None,
+    )
     return out
 
 
@@ -364,11 +398,24 @@ def run_cmd(cmd, timeout, cwd=None, env=None) -> dict:
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen(
-            [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            cwd=cwd, env=env, text=True, errors="replace", start_new_session=True,
+            [str(c) for c in cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+            text=True,
+            errors="replace",
+            start_new_session=True,
         )
     except OSError as e:
-        return {"rc": 127, "out": "", "err": f"cannot start {cmd[0]}: {e}", "wall_s": 0.0, "timed_out": False}
+        return {
+            "rc": 127,
+            "out": "",
+            "err": f"cannot start {cmd[0]}: {e}",
+            "wall_s": 0.0,
+            "timed_out": False,
+        }
     timed_out = False
     try:
         out, err = proc.communicate(timeout=max(1.0, timeout))
@@ -376,7 +423,13 @@ def run_cmd(cmd, timeout, cwd=None, env=None) -> dict:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-    return {"rc": proc.returncode, "out": out, "err": err, "wall_s": time.perf_counter() - t0, "timed_out": timed_out}
+    return {
+        "rc": proc.returncode,
+        "out": out,
+        "err": err,
+        "wall_s": time.perf_counter() - t0,
+        "timed_out": timed_out,
+    }
 
 
 def tail(text: str, lines: int = 6) -> str:
@@ -387,8 +440,10 @@ def tail(text: str, lines: int = 6) -> str:
 def why_failed(res: dict, what: str) -> str:
     if res["timed_out"]:
         return f"{what}: timed out after {res['wall_s']:.0f} s; stderr: {tail(res['err']) or '(empty)'}"
-    return (f"{what}: exit code {res['rc']}; stderr: {tail(res['err']) or '(empty)'}"
-            f"; stdout: {tail(res['out'], 3) or '(empty)'}")
+    return (
+        f"{what}: exit code {res['rc']}; stderr: {tail(res['err']) or '(empty)'}"
+        f"; stdout: {tail(res['out'], 3) or '(empty)'}"
+    )
 
 
 def ddpc_flags(data, labels) -> list:
@@ -443,7 +498,9 @@ class ModelCheck:
         self.work = ctx["work"] / self.name
         self.work.mkdir(parents=True, exist_ok=True)
         self.res = {"model": self.name, "errors": [], "notes": []}
-        self.label = f"{self.name} (ddpc {'CUDA' if self.mode == 'cuda' else 'CPU'} program)"
+        self.label = (
+            f"{self.name} (ddpc {'CUDA' if self.mode == 'cuda' else 'CPU'} program)"
+        )
         m = ctx["manifest"]
         self.B, self.N, self.opt = m["batch"], m["steps"], m["optimizer"]
 
@@ -454,15 +511,24 @@ class ModelCheck:
     def log(self, msg: str) -> None:
         print(f"gpu-check: [{self.name}] {msg}", flush=True)
 
-    def run_ddpc(self, what: str, extra: list, timeout: float, env_extra: dict | None = None) -> dict:
+    def run_ddpc(
+        self, what: str, extra: list, timeout: float, env_extra: dict | None = None
+    ) -> dict:
         t = min(timeout, max(self.ctx["budget"].left(), 5.0))
         env = dict(self.env, **(env_extra or {}))
-        r = run_cmd([self.prog, *ddpc_flags(self.xpath, self.ypath), *extra], t, cwd=self.work, env=env)
+        r = run_cmd(
+            [self.prog, *ddpc_flags(self.xpath, self.ypath), *extra],
+            t,
+            cwd=self.work,
+            env=env,
+        )
         # The whole output stays in the work folder for diagnosis.
         (self.work / f"{what}.stdout.txt").write_text(r["out"])
         (self.work / f"{what}.stderr.txt").write_text(r["err"])
         self.res.setdefault("ddpc_runs", {})[what] = {
-            "rc": r["rc"], "wall_s": round(r["wall_s"], 3), "timed_out": r["timed_out"],
+            "rc": r["rc"],
+            "wall_s": round(r["wall_s"], 3),
+            "timed_out": r["timed_out"],
             "stderr_tail": tail(r["err"], 4),
         }
         return r
@@ -472,9 +538,13 @@ class ModelCheck:
     def prepare(self) -> bool:
         e = self.entry
         try:
-            x = reconstruct_x(np.load(self.mdir / e["data"]["x_u8"]), e["data"]["recipe"])
+            x = reconstruct_x(
+                np.load(self.mdir / e["data"]["x_u8"]), e["data"]["recipe"]
+            )
             if sha256_array(x) != e["data"]["x_sha256"]:
-                self.fail(f"{self.name}: rebuilt inputs differ from the CPU reference's (SHA-256 of the float32 data)")
+                self.fail(
+                    f"{self.name}: rebuilt inputs differ from the CPU reference's (SHA-256 of the float32 data)"
+                )
                 return False
             self.xpath = self.work / "x.npy"
             np.save(self.xpath, x)
@@ -482,7 +552,11 @@ class ModelCheck:
         except Exception as ex:  # noqa: BLE001
             self.fail(f"{self.name}: cannot prepare the data: {ex}")
             return False
-        prog = (self.mdir / e["program_cuda"]) if self.mode == "cuda" else (self.ctx["cpu_dir"] / e["dir"] / e["program_cpu"])
+        prog = (
+            (self.mdir / e["program_cuda"])
+            if self.mode == "cuda"
+            else (self.ctx["cpu_dir"] / e["dir"] / e["program_cpu"])
+        )
         if not prog.exists():
             self.fail(f"{self.label}: {prog} not found")
             return False
@@ -501,10 +575,20 @@ class ModelCheck:
     def initial_weights(self) -> bool:
         T = TIMEOUTS[self.mode]
         ck_path = self.work / "init.ckpt"
-        self.log(f"ddpc: initial weights ({self.prog.name} --stop-after-steps 0 --checkpoint)")
-        r = self.run_ddpc("init", ["--epochs", 1, "--stop-after-steps", 0, "--checkpoint", ck_path], T["short"])
+        self.log(
+            f"ddpc: initial weights ({self.prog.name} --stop-after-steps 0 --checkpoint)"
+        )
+        r = self.run_ddpc(
+            "init",
+            ["--epochs", 1, "--stop-after-steps", 0, "--checkpoint", ck_path],
+            T["short"],
+        )
         if r["rc"] != 0 or not ck_path.exists():
-            self.fail(why_failed(r, f"{self.label}, initial-weights run (--stop-after-steps 0)"))
+            self.fail(
+                why_failed(
+                    r, f"{self.label}, initial-weights run (--stop-after-steps 0)"
+                )
+            )
             return False
         try:
             ck = read_checkpoint(ck_path)
@@ -512,9 +596,15 @@ class ModelCheck:
             self.fail(f"{self.label}: cannot read its initial checkpoint: {ex}")
             return False
         self.init = {k: v for k, (_, v) in tensor_table(ck).items()}
-        bad = [n for n, sha in self.entry["init_sha256"].items() if n not in self.init or sha256_array(self.init[n]) != sha]
+        bad = [
+            n
+            for n, sha in self.entry["init_sha256"].items()
+            if n not in self.init or sha256_array(self.init[n]) != sha
+        ]
         if bad:
-            self.fail(f"{self.label}: initial weights differ from the ONNX initializers for {len(bad)} tensor(s), e.g. {bad[:3]}")
+            self.fail(
+                f"{self.label}: initial weights differ from the ONNX initializers for {len(bad)} tensor(s), e.g. {bad[:3]}"
+            )
             return False
         return True
 
@@ -523,8 +613,23 @@ class ModelCheck:
         T = TIMEOUTS[self.mode]
         ck_path, log_path = self.work / "step1.ckpt", self.work / "step1.jsonl"
         log_path.unlink(missing_ok=True)
-        self.log("ddpc: step 1 (--stop-after-steps 1 --checkpoint): gradient, BatchNorm statistics, AdamW update")
-        r = self.run_ddpc("step1", ["--epochs", 1, "--stop-after-steps", 1, "--checkpoint", ck_path, "--log-json", log_path], T["short"])
+        self.log(
+            "ddpc: step 1 (--stop-after-steps 1 --checkpoint): gradient, BatchNorm statistics, AdamW update"
+        )
+        r = self.run_ddpc(
+            "step1",
+            [
+                "--epochs",
+                1,
+                "--stop-after-steps",
+                1,
+                "--checkpoint",
+                ck_path,
+                "--log-json",
+                log_path,
+            ],
+            T["short"],
+        )
         if r["rc"] != 0 or not ck_path.exists():
             self.fail(why_failed(r, f"{self.label}, 1-step run"))
             return
@@ -536,7 +641,12 @@ class ModelCheck:
         b1, b2 = self.opt["betas"]
         lr, eps, wd = self.opt["lr"], self.opt["eps"], self.opt["weight_decay"]
         self.grad1 = {}
-        worst = {"grad": (0.0, None), "buffer": (0.0, None), "update": (0.0, None), "moments": (0.0, None)}
+        worst = {
+            "grad": (0.0, None),
+            "buffer": (0.0, None),
+            "update": (0.0, None),
+            "moments": (0.0, None),
+        }
 
         def note(kind, err, name):
             if err > worst[kind][0] or worst[kind][1] is None:
@@ -547,7 +657,13 @@ class ModelCheck:
         missing = []
         # Per tensor: the error allowed with the chaos envelope (one, model-wide).
         self.step1_allow = {}
-        chaos = max((t.get("chaos_grad", t.get("chaos_step1", 0.0)) for t in self.ref["tensors"]), default=0.0)
+        chaos = max(
+            (
+                t.get("chaos_grad", t.get("chaos_step1", 0.0))
+                for t in self.ref["tensors"]
+            ),
+            default=0.0,
+        )
         allow_all = GRAD_RTOL + CHAOS * chaos
         for i, t in enumerate(self.ref["tensors"]):
             name = t["name"]
@@ -566,17 +682,37 @@ class ModelCheck:
                 v1 = ck["opt_state"][f"{name}/slot1"].astype(np.float64)
                 w0 = self.init[name].astype(np.float64)
                 w1 = ck["params"][name].astype(np.float64)
-                pred = w0 * (1 - lr * wd) - lr * (m1 / (1 - b1)) / (np.sqrt(v1 / (1 - b2)) + eps)
+                pred = w0 * (1 - lr * wd) - lr * (m1 / (1 - b1)) / (
+                    np.sqrt(v1 / (1 - b2)) + eps
+                )
                 dn = float(np.linalg.norm(pred - w0))
-                note("update", float(np.linalg.norm(w1 - pred)) / dn if dn > 0 else float(np.linalg.norm(w1 - w0) > 0) * math.inf, name)
+                note(
+                    "update",
+                    (
+                        float(np.linalg.norm(w1 - pred)) / dn
+                        if dn > 0
+                        else float(np.linalg.norm(w1 - w0) > 0) * math.inf
+                    ),
+                    name,
+                )
                 vpred = (1 - b2) / (1 - b1) ** 2 * m1 * m1
                 vn = float(np.linalg.norm(vpred))
-                note("moments", float(np.linalg.norm(v1 - vpred)) / vn if vn > 0 else 0.0, name)
+                note(
+                    "moments",
+                    float(np.linalg.norm(v1 - vpred)) / vn if vn > 0 else 0.0,
+                    name,
+                )
             else:
                 if name not in ck["buffers"]:
                     missing.append(name)
                     continue
-                err = rel_update_error(ck["buffers"][name], self.refz[f"s{i}"], self.init[name], idx, t["norm_step1_delta"])
+                err = rel_update_error(
+                    ck["buffers"][name],
+                    self.refz[f"s{i}"],
+                    self.init[name],
+                    idx,
+                    t["norm_step1_delta"],
+                )
                 note("buffer", err, name)
                 self.step1_allow[name] = allow_all
             errs.setdefault(t["kind"], {})[name] = err
@@ -595,8 +731,10 @@ class ModelCheck:
         # rounding only (PyTorch f32 vs f64: 2e-6 for the ResNet).
         out["loss1_ok"] = d1 <= LOSS1_RTOL * max(1.0, abs(self.ref["losses"][0]))
         if not out["loss1_ok"]:
-            self.fail(f"{self.label}: step-1 loss {loss1} differs from the CPU reference's {self.ref['losses'][0]} "
-                      f"(forward pass from identical weights; tolerance {LOSS1_RTOL:g}*max(1,|loss|))")
+            self.fail(
+                f"{self.label}: step-1 loss {loss1} differs from the CPU reference's {self.ref['losses'][0]} "
+                f"(forward pass from identical weights; tolerance {LOSS1_RTOL:g}*max(1,|loss|))"
+            )
         # Gradients and BatchNorm statistics: strict, or within the chaos
         # envelope (PASS*); the AdamW checks use the program's own m1, v1,
         # so they are never chaotic.
@@ -609,14 +747,23 @@ class ModelCheck:
                 if err <= allow:
                     envelope_used = True
                     continue
-                problems.append(f"step-1 {what} of {name} off by {err:.3g} relative (tolerance {GRAD_RTOL:g}, "
-                                f"{allow:.3g} with the chaos envelope)")
-        for kind, what in (("update", "AdamW update w1 vs (w0, m1, v1)"), ("moments", "AdamW second moment v1 vs m1")):
+                problems.append(
+                    f"step-1 {what} of {name} off by {err:.3g} relative (tolerance {GRAD_RTOL:g}, "
+                    f"{allow:.3g} with the chaos envelope)"
+                )
+        for kind, what in (
+            ("update", "AdamW update w1 vs (w0, m1, v1)"),
+            ("moments", "AdamW second moment v1 vs m1"),
+        ):
             err, tname = worst[kind]
             if tname is not None and not err <= GRAD_RTOL:
-                problems.append(f"step-1 {what} of {tname} off by {err:.3g} relative (tolerance {GRAD_RTOL:g})")
+                problems.append(
+                    f"step-1 {what} of {tname} off by {err:.3g} relative (tolerance {GRAD_RTOL:g})"
+                )
         out["envelope_used"] = envelope_used
-        self.res["step1_verdict"] = "FAIL" if problems else ("PASS*" if envelope_used else "PASS")
+        self.res["step1_verdict"] = (
+            "FAIL" if problems else ("PASS*" if envelope_used else "PASS")
+        )
         for p in problems:
             self.fail(f"{self.label}: {p}")
 
@@ -630,26 +777,48 @@ class ModelCheck:
         program must report the buckets it allreduced. This machine has one
         GPU and no MPI, so it is the only NCCL path that can run here."""
         ref_ck = self.work / "step1.ckpt"
-        if (self.mode != "cuda" or self.ctx["budget"].left() < 30 or not ref_ck.exists()
-                or not hasattr(self, "step1_allow")):
+        if (
+            self.mode != "cuda"
+            or self.ctx["budget"].left() < 30
+            or not ref_ck.exists()
+            or not hasattr(self, "step1_allow")
+        ):
             return
         ck_path, log_path = self.work / "nccl.ckpt", self.work / "nccl.jsonl"
         log_path.unlink(missing_ok=True)
-        self.log("ddpc: step 1 with DDPC_NCCL_SELF_TEST=1 (gradient buckets through a 1-rank NCCL communicator)")
-        r = self.run_ddpc("nccl_self_test", ["--epochs", 1, "--stop-after-steps", 1, "--checkpoint", ck_path,
-                                             "--log-json", log_path], TIMEOUTS[self.mode]["short"],
-                          env_extra={"DDPC_NCCL_SELF_TEST": "1"})
+        self.log(
+            "ddpc: step 1 with DDPC_NCCL_SELF_TEST=1 (gradient buckets through a 1-rank NCCL communicator)"
+        )
+        r = self.run_ddpc(
+            "nccl_self_test",
+            [
+                "--epochs",
+                1,
+                "--stop-after-steps",
+                1,
+                "--checkpoint",
+                ck_path,
+                "--log-json",
+                log_path,
+            ],
+            TIMEOUTS[self.mode]["short"],
+            env_extra={"DDPC_NCCL_SELF_TEST": "1"},
+        )
         out = {}
         self.res["nccl_self_test"] = out
         if r["rc"] != 0 or not ck_path.exists():
-            self.fail(why_failed(r, f"{self.label}, 1-step run with DDPC_NCCL_SELF_TEST=1"))
+            self.fail(
+                why_failed(r, f"{self.label}, 1-step run with DDPC_NCCL_SELF_TEST=1")
+            )
             return
         m = re.search(r"DDPC_NCCL_SELF_TEST: (\d+) gradient bucket", r["err"])
         out["buckets"] = int(m.group(1)) if m else 0
         try:
             ck = read_checkpoint(ck_path)
         except Exception as ex:  # noqa: BLE001
-            self.fail(f"{self.label}: cannot read the DDPC_NCCL_SELF_TEST checkpoint: {ex}")
+            self.fail(
+                f"{self.label}: cannot read the DDPC_NCCL_SELF_TEST checkpoint: {ex}"
+            )
             return
         # A sum over one rank changes nothing, but the two runs' atomic
         # float additions differ in order, so the step-1 gradients are held
@@ -664,25 +833,47 @@ class ModelCheck:
                 bad.append(f"{name} missing")
                 continue
             idx = self.refz[f"idx{i}"] if f"idx{i}" in self.refz else None
-            err = rel_update_error(gradient_of(ck, name, self.opt["betas"][0]), self.refz[f"g{i}"], None, idx, t["norm_grad"])
+            err = rel_update_error(
+                gradient_of(ck, name, self.opt["betas"][0]),
+                self.refz[f"g{i}"],
+                None,
+                idx,
+                t["norm_grad"],
+            )
             allow = self.step1_allow.get(name, GRAD_RTOL)
             if err / allow > worst or at is None:
                 worst, at = err / allow, name
             if not err <= allow:
-                bad.append(f"{name} gradient off by {err:.3g} relative (allowed {allow:.3g})")
+                bad.append(
+                    f"{name} gradient off by {err:.3g} relative (allowed {allow:.3g})"
+                )
         recs, ref_recs = read_jsonl(log_path), read_jsonl(self.work / "step1.jsonl")
-        loss, ref_loss = (recs[0]["loss"] if recs else float("nan")), (ref_recs[0]["loss"] if ref_recs else float("nan"))
-        out.update(grad_worst_ratio=worst, grad_worst_tensor=at, loss=loss, ref_loss=ref_loss)
-        ok = out["buckets"] > 0 and not bad and abs(loss - ref_loss) <= LOSS1_RTOL * max(1.0, abs(ref_loss))
+        loss, ref_loss = (recs[0]["loss"] if recs else float("nan")), (
+            ref_recs[0]["loss"] if ref_recs else float("nan")
+        )
+        out.update(
+            grad_worst_ratio=worst, grad_worst_tensor=at, loss=loss, ref_loss=ref_loss
+        )
+        ok = (
+            out["buckets"] > 0
+            and not bad
+            and abs(loss - ref_loss) <= LOSS1_RTOL * max(1.0, abs(ref_loss))
+        )
         out["verdict"] = "PASS" if ok else "FAIL"
-        self.log(f"NCCL self-test: {out['buckets']} bucket(s), step-1 gradients at {worst:.3g}x their tolerance "
-                 f"[{at}], loss {loss} vs {ref_loss}: {out['verdict']}")
+        self.log(
+            f"NCCL self-test: {out['buckets']} bucket(s), step-1 gradients at {worst:.3g}x their tolerance "
+            f"[{at}], loss {loss} vs {ref_loss}: {out['verdict']}"
+        )
         if out["buckets"] == 0:
-            self.fail(f"{self.label}: with DDPC_NCCL_SELF_TEST=1 the program reported no gradient bucket "
-                      f"allreduced through NCCL")
+            self.fail(
+                f"{self.label}: with DDPC_NCCL_SELF_TEST=1 the program reported no gradient bucket "
+                f"allreduced through NCCL"
+            )
         elif not ok:
-            self.fail(f"{self.label}: DDPC_NCCL_SELF_TEST step 1 differs from the plain run or the CPU reference "
-                      f"({'; '.join(bad[:3]) or 'gradients within tolerance'}; loss {loss} vs {ref_loss})")
+            self.fail(
+                f"{self.label}: DDPC_NCCL_SELF_TEST step 1 differs from the plain run or the CPU reference "
+                f"({'; '.join(bad[:3]) or 'gradients within tolerance'}; loss {loss} vs {ref_loss})"
+            )
 
     def profile(self) -> None:
         """CUDA only: 6 steps with DDPC_CUDA_PROFILE=1 (the runtime leaves out
@@ -694,20 +885,34 @@ class ModelCheck:
         # convolutions cost as the compiled im2col + cuBLAS fallback.
         variants = [("profile", "", {})]
         if "libcudnn.so.9=" in os.environ.get("DDPC_GPU_LIBS", ""):
-            variants.append(("profile_no_cudnn", " with DDPC_CUDNN=0", {"DDPC_CUDNN": "0"}))
+            variants.append(
+                ("profile_no_cudnn", " with DDPC_CUDNN=0", {"DDPC_CUDNN": "0"})
+            )
         for key, label, env in variants:
             if self.ctx["budget"].left() < 30:
                 return
-            self.log(f"ddpc: profiled run (6 steps, DDPC_CUDA_PROFILE=1{label}): device time per kernel")
-            r = self.run_ddpc(key, ["--epochs", 1, "--stop-after-steps", 6], min(90.0, TIMEOUTS[self.mode]["short"]),
-                              env_extra={"DDPC_CUDA_PROFILE": "1", **env})
+            self.log(
+                f"ddpc: profiled run (6 steps, DDPC_CUDA_PROFILE=1{label}): device time per kernel"
+            )
+            r = self.run_ddpc(
+                key,
+                ["--epochs", 1, "--stop-after-steps", 6],
+                min(90.0, TIMEOUTS[self.mode]["short"]),
+                env_extra={"DDPC_CUDA_PROFILE": "1", **env},
+            )
             lines = r["err"].splitlines()
-            start = next((i for i, ln in enumerate(lines) if ln.startswith("ddpc CUDA profile")), None)
+            start = next(
+                (i for i, ln in enumerate(lines) if ln.startswith("ddpc CUDA profile")),
+                None,
+            )
             if start is None:
-                self.res["notes"].append(f"profiled run{label} printed no profile: " + why_failed(r, "profiled run"))
+                self.res["notes"].append(
+                    f"profiled run{label} printed no profile: "
+                    + why_failed(r, "profiled run")
+                )
                 continue
             notes = [ln for ln in lines[:start] if ln.startswith("ddpc: note:")]
-            table = notes + lines[start:start + 14]
+            table = notes + lines[start : start + 14]
             self.res[key] = table
             for ln in table:
                 print(f"gpu-check: [{self.name}{label}] {ln}", flush=True)
@@ -717,15 +922,32 @@ class ModelCheck:
         ck_path, log_path = self.work / "final.ckpt", self.work / "check.jsonl"
         log_path.unlink(missing_ok=True)
         self.log(f"ddpc: {self.N} steps of batch {self.B} (check run)")
-        r = self.run_ddpc("check", ["--epochs", 1, "--stop-after-steps", self.N, "--log-json", log_path, "--checkpoint", ck_path], T["check"])
-        self.res["ddpc_losses"] = [rec.get("loss", float("nan")) for rec in read_jsonl(log_path)]
+        r = self.run_ddpc(
+            "check",
+            [
+                "--epochs",
+                1,
+                "--stop-after-steps",
+                self.N,
+                "--log-json",
+                log_path,
+                "--checkpoint",
+                ck_path,
+            ],
+            T["check"],
+        )
+        self.res["ddpc_losses"] = [
+            rec.get("loss", float("nan")) for rec in read_jsonl(log_path)
+        ]
         if r["rc"] != 0:
             self.fail(why_failed(r, f"{self.label}, {self.N}-step check run"))
             return
         try:
             ck = read_checkpoint(ck_path)
             if ck["global_step"] != self.N:
-                self.fail(f"{self.label}: final checkpoint is at step {ck['global_step']}, expected {self.N}")
+                self.fail(
+                    f"{self.label}: final checkpoint is at step {ck['global_step']}, expected {self.N}"
+                )
                 return
             self.final = {k: v for k, (_, v) in tensor_table(ck).items()}
         except Exception as ex:  # noqa: BLE001
@@ -735,8 +957,15 @@ class ModelCheck:
         tm = dict(TIMING[self.mode])
         # Size the run from the check run's own step times (a slow program
         # gets fewer steps instead of running out of time).
-        est = median([1.0 * self.B / rec["samples_per_s"] for rec in read_jsonl(self.work / "check.jsonl")[1:]
-                      if rec.get("samples_per_s") and math.isfinite(rec["samples_per_s"]) and rec["samples_per_s"] > 0])
+        est = median(
+            [
+                1.0 * self.B / rec["samples_per_s"]
+                for rec in read_jsonl(self.work / "check.jsonl")[1:]
+                if rec.get("samples_per_s")
+                and math.isfinite(rec["samples_per_s"])
+                and rec["samples_per_s"] > 0
+            ]
+        )
         if est:
             tm["warmup"] = max(1, min(tm["warmup"], int(5.0 / est)))
             tm["steps"] = max(5, min(tm["steps"], int(tm["max_s"] / est)))
@@ -745,10 +974,23 @@ class ModelCheck:
         log_path = self.work / "timed.jsonl"
         log_path.unlink(missing_ok=True)
         cap = min(tm["max_s"] + 20.0, max(self.ctx["budget"].left() - 60.0, 10.0))
-        self.log(f"ddpc: timed run ({tm['warmup']} warm-up + up to {tm['steps']} steps, cap {cap:.0f} s)")
-        r = self.run_ddpc("timed", ["--epochs", total // self.N + 2, "--stop-after-steps", total, "--log-json", log_path], cap)
+        self.log(
+            f"ddpc: timed run ({tm['warmup']} warm-up + up to {tm['steps']} steps, cap {cap:.0f} s)"
+        )
+        r = self.run_ddpc(
+            "timed",
+            [
+                "--epochs",
+                total // self.N + 2,
+                "--stop-after-steps",
+                total,
+                "--log-json",
+                log_path,
+            ],
+            cap,
+        )
         recs = read_jsonl(log_path)
-        sps = [rec.get("samples_per_s", 0.0) for rec in recs[tm["warmup"]:]]
+        sps = [rec.get("samples_per_s", 0.0) for rec in recs[tm["warmup"] :]]
         sps = [v for v in sps if v and math.isfinite(v) and v > 0]
         self.res["ddpc_timed_steps"] = len(sps)
         if r["rc"] != 0 and not (r["timed_out"] and len(sps) >= 3):
@@ -756,17 +998,27 @@ class ModelCheck:
             return
         if len(sps) < 3:
             # Fall back to the check run's steps 2..N rather than no number.
-            sps = [rec["samples_per_s"] for rec in read_jsonl(self.work / "check.jsonl")[1:] if rec.get("samples_per_s")]
-            self.res["notes"].append(f"ddpc timed run logged too few steps; step time from the check run's steps 2..{self.N}")
+            sps = [
+                rec["samples_per_s"]
+                for rec in read_jsonl(self.work / "check.jsonl")[1:]
+                if rec.get("samples_per_s")
+            ]
+            self.res["notes"].append(
+                f"ddpc timed run logged too few steps; step time from the check run's steps 2..{self.N}"
+            )
             if len(sps) < 3:
-                self.fail(f"{self.label}, timed run: only {len(sps)} measured steps logged")
+                self.fail(
+                    f"{self.label}, timed run: only {len(sps)} measured steps logged"
+                )
                 return
         ms = [1e3 * self.B / v for v in sps]
         self.res["ddpc_step_ms"] = median(ms)
         self.res["ddpc_step_ms_min"] = min(ms)
         self.res["ddpc_samples_per_s"] = 1e3 * self.B / self.res["ddpc_step_ms"]
         if r["timed_out"]:
-            self.res["notes"].append(f"ddpc timed run stopped by its {cap:.0f} s cap after {len(recs)} steps")
+            self.res["notes"].append(
+                f"ddpc timed run stopped by its {cap:.0f} s cap after {len(recs)} steps"
+            )
 
     def torch(self) -> None:
         ctx = self.ctx
@@ -781,7 +1033,9 @@ class ModelCheck:
         gw = np.load(self.mdir / "graph_weights.npz")
         arrays = {}
         for i, n in enumerate(graph["initializers"]):
-            if n in self.init:  # params and buffers: the ddpc program's own (verified above)
+            if (
+                n in self.init
+            ):  # params and buffers: the ddpc program's own (verified above)
                 arrays[f"i{i}"] = self.init[n]
             elif f"i{i}" in gw:  # non-float initializers
                 arrays[f"i{i}"] = gw[f"i{i}"]
@@ -797,13 +1051,44 @@ class ModelCheck:
         tout = self.work / "torch.json"
         tout.unlink(missing_ok=True)
         dev = ctx["torch_device"]
-        self.log(f"torch: {self.N} steps float32 + timed run + {self.N} steps float64, on {dev}")
+        self.log(
+            f"torch: {self.N} steps float32 + timed run + {self.N} steps float64, on {dev}"
+        )
         r = run_cmd(
-            [ctx["python"], pathlib.Path(__file__).resolve(), "torch", "--graph", self.mdir / "graph.json", "--init", init_npz,
-             "--x", self.xpath, "--y", self.ypath, "--batch", self.B, "--steps", self.N, "--warmup", tm["warmup"],
-             "--timed-steps", tm["steps"], "--max-s", tm["max_s"], "--device", dev, "--opt", json.dumps(self.opt),
-             "--out", tout, "--arrays-out", self.work / "torch_arrays.npz"],
-            min(TIMEOUTS[self.mode]["torch"], max(ctx["budget"].left(), 10)), cwd=self.work, env=ctx["torch_env"],
+            [
+                ctx["python"],
+                pathlib.Path(__file__).resolve(),
+                "torch",
+                "--graph",
+                self.mdir / "graph.json",
+                "--init",
+                init_npz,
+                "--x",
+                self.xpath,
+                "--y",
+                self.ypath,
+                "--batch",
+                self.B,
+                "--steps",
+                self.N,
+                "--warmup",
+                tm["warmup"],
+                "--timed-steps",
+                tm["steps"],
+                "--max-s",
+                tm["max_s"],
+                "--device",
+                dev,
+                "--opt",
+                json.dumps(self.opt),
+                "--out",
+                tout,
+                "--arrays-out",
+                self.work / "torch_arrays.npz",
+            ],
+            min(TIMEOUTS[self.mode]["torch"], max(ctx["budget"].left(), 10)),
+            cwd=self.work,
+            env=ctx["torch_env"],
         )
         self.res["torch_wall_s"] = r["wall_s"]
         if r["rc"] != 0 or not tout.exists():
@@ -812,19 +1097,31 @@ class ModelCheck:
             self.fail(msg)
             return
         t = json.loads(tout.read_text())
-        self.res["torch"] = {k: v for k, v in t.items() if k not in ("losses", "losses_fp64", "chaos_weights")}
+        self.res["torch"] = {
+            k: v
+            for k, v in t.items()
+            if k not in ("losses", "losses_fp64", "chaos_weights")
+        }
         self.res["torch_losses"] = t["losses"]
         self.res["torch_losses_fp64"] = t["losses_fp64"]
         self.res["torch_step_ms"] = t["step_ms"]
-        self.res["torch_samples_per_s"] = 1e3 * self.B / t["step_ms"] if t["step_ms"] else None
+        self.res["torch_samples_per_s"] = (
+            1e3 * self.B / t["step_ms"] if t["step_ms"] else None
+        )
         self.chaos_loss = [abs(a - b) for a, b in zip(t["losses"], t["losses_fp64"])]
         self.chaos_w = t["chaos_weights"]  # name -> PyTorch f32 vs f64 update error
-        self.res["torch_chaos"] = {"loss_max": max(self.chaos_loss) if self.chaos_loss else None,
-                                   "weights_max": max(self.chaos_w.values()) if self.chaos_w else None}
+        self.res["torch_chaos"] = {
+            "loss_max": max(self.chaos_loss) if self.chaos_loss else None,
+            "weights_max": max(self.chaos_w.values()) if self.chaos_w else None,
+        }
         z = np.load(self.work / "torch_arrays.npz")
         names = graph["initializers"]
-        self.torch_final = {names[int(k[1:])]: z[k] for k in z.files if k.startswith("w")}
-        self.torch_grad64 = {names[int(k[1:])]: z[k] for k in z.files if k.startswith("g")}
+        self.torch_final = {
+            names[int(k[1:])]: z[k] for k in z.files if k.startswith("w")
+        }
+        self.torch_grad64 = {
+            names[int(k[1:])]: z[k] for k in z.files if k.startswith("g")
+        }
 
     # -- verdicts
 
@@ -838,14 +1135,23 @@ class ModelCheck:
                 missing.append(name)
                 continue
             idx = self.refz[f"idx{i}"] if f"idx{i}" in self.refz else None
-            err = rel_update_error(got[name], self.refz[f"t{i}"], self.init[name], idx, t["norm_delta"])
+            err = rel_update_error(
+                got[name], self.refz[f"t{i}"], self.init[name], idx, t["norm_delta"]
+            )
             allow = WEIGHT_RTOL + (CHAOS * chaos.get(name, 0.0) if chaos else 0.0)
             per[name] = err
             worst_strict = max(worst_strict, err / WEIGHT_RTOL)
             if err / allow > worst or at is None:
                 worst, at = err / allow, name
-        return {"ok": not missing and worst <= 1.0, "max_ratio": worst, "max_ratio_strict": worst_strict, "worst_tensor": at,
-                "worst_err": per.get(at), "missing": missing, "per_tensor": per}
+        return {
+            "ok": not missing and worst <= 1.0,
+            "max_ratio": worst,
+            "max_ratio_strict": worst_strict,
+            "worst_tensor": at,
+            "worst_err": per.get(at),
+            "missing": missing,
+            "per_tensor": per,
+        }
 
     def verdicts(self) -> None:
         res = self.res
@@ -855,30 +1161,50 @@ class ModelCheck:
         chaos_loss = getattr(self, "chaos_loss", None)
         chaos_w = getattr(self, "chaos_w", None)
         cpu_loss = self.ref.get("chaos_losses")
-        cpu_w = {t["name"]: t["chaos_final"] for t in self.ref["tensors"] if "chaos_final" in t}
+        cpu_w = {
+            t["name"]: t["chaos_final"]
+            for t in self.ref["tensors"]
+            if "chaos_final" in t
+        }
         if cpu_loss:
-            chaos_loss = [max(a, b) for a, b in zip(cpu_loss, chaos_loss)] if chaos_loss else list(cpu_loss)
+            chaos_loss = (
+                [max(a, b) for a, b in zip(cpu_loss, chaos_loss)]
+                if chaos_loss
+                else list(cpu_loss)
+            )
         if cpu_w:
             chaos_w = {n: max(v, (chaos_w or {}).get(n, 0.0)) for n, v in cpu_w.items()}
         if "ddpc_losses" in res and res["ddpc_losses"]:
             lc = compare_losses(res["ddpc_losses"], self.ref["losses"], chaos_loss)
             res["loss_check"] = lc
-            traj = "PASS" if lc["ok"] and lc["max_ratio_strict"] <= 1.0 else ("PASS*" if lc["ok"] else "FAIL")
+            traj = (
+                "PASS"
+                if lc["ok"] and lc["max_ratio_strict"] <= 1.0
+                else ("PASS*" if lc["ok"] else "FAIL")
+            )
             if not lc["ok"]:
-                self.fail(f"{self.label}: loss curve differs from the CPU reference: max |d loss| {lc['max_abs']:.3g}, "
-                          f"{lc['max_ratio']:.2f}x the allowance (worst at step {lc.get('worst_step')})"
-                          + (f"; {lc['why']}" if lc.get("why") else ""))
+                self.fail(
+                    f"{self.label}: loss curve differs from the CPU reference: max |d loss| {lc['max_abs']:.3g}, "
+                    f"{lc['max_ratio']:.2f}x the allowance (worst at step {lc.get('worst_step')})"
+                    + (f"; {lc['why']}" if lc.get("why") else "")
+                )
         else:
             traj = "n/a"
         if hasattr(self, "final"):
             wc = self.weights_vs_ref(self.final, ("param", "buffer"), chaos_w)
             res["weight_check"] = {k: v for k, v in wc.items() if k != "per_tensor"}
             res["weight_check_per_tensor"] = wc["per_tensor"]
-            wv = "PASS" if wc["ok"] and wc["max_ratio_strict"] <= 1.0 else ("PASS*" if wc["ok"] else "FAIL")
+            wv = (
+                "PASS"
+                if wc["ok"] and wc["max_ratio_strict"] <= 1.0
+                else ("PASS*" if wc["ok"] else "FAIL")
+            )
             if not wc["ok"]:
-                self.fail(f"{self.label}: final weights differ from the CPU reference: {wc['worst_tensor']} is off by "
-                          f"{fmt(wc['worst_err'], '.3g')} of its training update, {wc['max_ratio']:.2f}x the allowance"
-                          + (f"; missing {wc['missing'][:3]}" if wc["missing"] else ""))
+                self.fail(
+                    f"{self.label}: final weights differ from the CPU reference: {wc['worst_tensor']} is off by "
+                    f"{fmt(wc['worst_err'], '.3g')} of its training update, {wc['max_ratio']:.2f}x the allowance"
+                    + (f"; missing {wc['missing'][:3]}" if wc["missing"] else "")
+                )
         else:
             wv = "n/a"
         # The table's two columns: loss = step-1 loss + trajectory; weights =
@@ -886,13 +1212,23 @@ class ModelCheck:
         s1 = res.get("step1_check")
         res["loss_verdict"] = "FAIL" if s1 and not s1["loss1_ok"] else traj
         s1v = res.get("step1_verdict")
-        res["weight_verdict"] = "FAIL" if s1v == "FAIL" else ("PASS*" if s1v == "PASS*" and wv == "PASS" else wv)
+        res["weight_verdict"] = (
+            "FAIL"
+            if s1v == "FAIL"
+            else ("PASS*" if s1v == "PASS*" and wv == "PASS" else wv)
+        )
         # PyTorch against the same reference (information), and ddpc's first
         # gradient against PyTorch's float64 gradient (a bug detector that
         # needs no ddpc reference: both programs could share a bug).
         if hasattr(self, "torch_final"):
             tl = compare_losses(res["torch_losses"], self.ref["losses"], None)
-            res["torch_vs_ref"] = {"loss_max_abs": tl["max_abs"], "weights": self.weights_vs_ref(self.torch_final, ("param",), None)["max_ratio_strict"] * WEIGHT_RTOL}
+            res["torch_vs_ref"] = {
+                "loss_max_abs": tl["max_abs"],
+                "weights": self.weights_vs_ref(self.torch_final, ("param",), None)[
+                    "max_ratio_strict"
+                ]
+                * WEIGHT_RTOL,
+            }
         if hasattr(self, "torch_grad64") and getattr(self, "grad1", None):
             worst, at, over = 0.0, None, False
             allow = getattr(self, "step1_allow", {})
@@ -900,7 +1236,11 @@ class ModelCheck:
                 if name in self.torch_grad64:
                     r = self.torch_grad64[name].astype(np.float64)
                     rn = float(np.linalg.norm(r))
-                    e = float(np.linalg.norm(g - r)) / rn if rn > 0 else (0.0 if not np.any(g) else math.inf)
+                    e = (
+                        float(np.linalg.norm(g - r)) / rn
+                        if rn > 0
+                        else (0.0 if not np.any(g) else math.inf)
+                    )
                     # The same chaos envelope as the step-1 check.
                     over = over or not e <= allow.get(name, GRAD_RTOL)
                     if e > worst or at is None:
@@ -909,7 +1249,8 @@ class ModelCheck:
             if over:
                 res["notes"].append(
                     f"WARNING: ddpc's step-1 gradient differs from PyTorch float64's: {at} off by {worst:.3g} relative "
-                    f"(not a GPU-vs-CPU failure; the CPU program shares it if the step-1 check passed)")
+                    f"(not a GPU-vs-CPU failure; the CPU program shares it if the step-1 check passed)"
+                )
 
     def inference(self) -> None:
         """Step 3b: the inference program against the CPU target's outputs
@@ -918,8 +1259,11 @@ class ModelCheck:
         if not inf:
             return
         e = self.entry
-        prog = (self.mdir / inf["program_cuda"]) if self.mode == "cuda" else (
-            self.ctx["cpu_dir"] / e["dir"] / inf["program_cpu"])
+        prog = (
+            (self.mdir / inf["program_cuda"])
+            if self.mode == "cuda"
+            else (self.ctx["cpu_dir"] / e["dir"] / inf["program_cpu"])
+        )
         label = f"{self.name} inference ({'CUDA' if self.mode == 'cuda' else 'CPU'} program)"
         if not prog.exists():
             self.fail(f"{label}: {prog} not found")
@@ -937,11 +1281,21 @@ class ModelCheck:
         for name, env_extra in INFER_VARIANTS:
             od = self.work / f"infer_{name}"
             t = min(TIMEOUTS[self.mode]["short"], max(self.ctx["budget"].left(), 5.0))
-            r = run_cmd([prog, "--input", f"{inf['input']}={xi}", "--output-dir", od], t,
-                        cwd=self.work, env=dict(self.env, **env_extra))
+            r = run_cmd(
+                [prog, "--input", f"{inf['input']}={xi}", "--output-dir", od],
+                t,
+                cwd=self.work,
+                env=dict(self.env, **env_extra),
+            )
             (self.work / f"infer_{name}.stderr.txt").write_text(r["err"])
-            row = {"env": env_extra, "rc": r["rc"], "wall_s": round(r["wall_s"], 3),
-                   "notes": [l for l in r["err"].splitlines() if l.startswith("ddpc: note:")]}
+            row = {
+                "env": env_extra,
+                "rc": r["rc"],
+                "wall_s": round(r["wall_s"], 3),
+                "notes": [
+                    l for l in r["err"].splitlines() if l.startswith("ddpc: note:")
+                ],
+            }
             out[name] = row
             if r["rc"] != 0:
                 self.fail(why_failed(r, f"{label}, {name}"))
@@ -951,15 +1305,24 @@ class ModelCheck:
             except Exception as ex:  # noqa: BLE001
                 self.fail(f"{label}, {name}: no output {inf['output']}.npy: {ex}")
                 continue
-            err = float(np.max(np.abs(got.astype(np.float64) - ref))) if got.shape == ref.shape else float("inf")
+            err = (
+                float(np.max(np.abs(got.astype(np.float64) - ref)))
+                if got.shape == ref.shape
+                else float("inf")
+            )
             row["max_abs_err"], row["rel_to_max_ref"] = err, err / scale
             ok = err <= INFER_RTOL * scale
             row["pass"] = ok
-            self.log(f"inference, {name}: max |error| {err:.3g} ({err / scale:.2g} of max |ref|)"
-                     + ("" if ok else " FAIL") + (f"; {len(row['notes'])} runtime note(s)" if row["notes"] else ""))
+            self.log(
+                f"inference, {name}: max |error| {err:.3g} ({err / scale:.2g} of max |ref|)"
+                + ("" if ok else " FAIL")
+                + (f"; {len(row['notes'])} runtime note(s)" if row["notes"] else "")
+            )
             if not ok:
-                self.fail(f"{label}, {name}: outputs differ from the CPU target's by {err:.3g} "
-                          f"(limit {INFER_RTOL:g} x {scale:.3g})")
+                self.fail(
+                    f"{label}, {name}: outputs differ from the CPU target's by {err:.3g} "
+                    f"(limit {INFER_RTOL:g} x {scale:.3g})"
+                )
         self.res["inference_check"] = out
 
     def run(self) -> dict:
@@ -978,15 +1341,29 @@ class ModelCheck:
             # shipped initializers (verified by their SHA-256).
             gw = np.load(self.mdir / "graph_weights.npz")
             graph = json.loads((self.mdir / "graph.json").read_text())
-            self.init = {n: gw[f"i{i}"] for i, n in enumerate(graph["initializers"]) if n in self.entry["init_sha256"]}
-            if all(sha256_array(self.init.get(n, np.zeros(0))) == h for n, h in self.entry["init_sha256"].items()):
+            self.init = {
+                n: gw[f"i{i}"]
+                for i, n in enumerate(graph["initializers"])
+                if n in self.entry["init_sha256"]
+            }
+            if all(
+                sha256_array(self.init.get(n, np.zeros(0))) == h
+                for n, h in self.entry["init_sha256"].items()
+            ):
                 self.torch()
             else:
-                self.res["torch_error"] = "skipped: shipped initial weights do not match their SHA-256"
+                self.res["torch_error"] = (
+                    "skipped: shipped initial weights do not match their SHA-256"
+                )
         else:
-            self.res["torch_error"] = "skipped: the initial weights come from the ddpc program, which failed"
+            self.res["torch_error"] = (
+                "skipped: the initial weights come from the ddpc program, which failed"
+            )
         self.verdicts()
-        if not any(k in self.res for k in ("loss_check", "step1_check")) and not self.res["errors"]:
+        if (
+            not any(k in self.res for k in ("loss_check", "step1_check"))
+            and not self.res["errors"]
+        ):
             self.fail(f"{self.label}: no check ran")
         return self.res
 
@@ -1006,12 +1383,18 @@ def torch_main(a) -> None:
     info = {"torch_version": torch.__version__}
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            sys.exit(f"torch.cuda.is_available() is False (torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+            sys.exit(
+                f"torch.cuda.is_available() is False (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+            )
         # Float32 as ddpc: no TF32 tensor cores in matmuls or convolutions.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = True
-        info.update(device_name=torch.cuda.get_device_name(0), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+        info.update(
+            device_name=torch.cuda.get_device_name(0),
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+        )
     else:
         torch.set_num_threads(int(os.environ.get("DDPC_TORCH_THREADS", "1")))
         info["threads"] = torch.get_num_threads()
@@ -1037,8 +1420,17 @@ def torch_main(a) -> None:
         if dtype == torch.float64:
             model = model.double()
         # Constant-node values are a plain dict in OnnxModule: move them too.
-        model.consts = {k: (v.to(dev, dtype) if v.is_floating_point() else v.to(dev)) for k, v in model.consts.items()}
-        opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], weight_decay=o["weight_decay"])
+        model.consts = {
+            k: (v.to(dev, dtype) if v.is_floating_point() else v.to(dev))
+            for k, v in model.consts.items()
+        }
+        opt = torch.optim.AdamW(
+            model.parameters(),
+            lr=o["lr"],
+            betas=tuple(o["betas"]),
+            eps=o["eps"],
+            weight_decay=o["weight_decay"],
+        )
         return model, opt
 
     def step(model, opt, s, dtype, grads=None):
@@ -1090,7 +1482,10 @@ def torch_main(a) -> None:
     # first gradient.
     m64, o64 = make(torch.float64)
     grads64 = {}
-    losses64 = [float(step(m64, o64, s, torch.float64, grads64 if s == 0 else None)) for s in range(N)]
+    losses64 = [
+        float(step(m64, o64, s, torch.float64, grads64 if s == 0 else None))
+        for s in range(N)
+    ]
     final64 = state(m64)
     w0 = {n: np.asarray(weights[n], np.float64) for n in final64}
     chaos = {}
@@ -1109,10 +1504,18 @@ def torch_main(a) -> None:
     np.savez(a.arrays_out, **arrays)
     ms = [1e3 * t for t in times]
     info.update(
-        losses=losses, losses_fp64=losses64, chaos_weights=chaos,
-        step_ms=median(ms), step_ms_min=min(ms) if ms else None, timed_steps=len(ms), warmup=a.warmup,
-        input_copy="host (pinned) -> device each step" if dev.type == "cuda" else "host",
-        tf32=False, optimizer=f"torch.optim.AdamW(lr={o['lr']}, betas={tuple(o['betas'])}, eps={o['eps']}, "
+        losses=losses,
+        losses_fp64=losses64,
+        chaos_weights=chaos,
+        step_ms=median(ms),
+        step_ms_min=min(ms) if ms else None,
+        timed_steps=len(ms),
+        warmup=a.warmup,
+        input_copy=(
+            "host (pinned) -> device each step" if dev.type == "cuda" else "host"
+        ),
+        tf32=False,
+        optimizer=f"torch.optim.AdamW(lr={o['lr']}, betas={tuple(o['betas'])}, eps={o['eps']}, "
         f"weight_decay={o['weight_decay']}), default implementation",
     )
     pathlib.Path(a.out).write_text(json.dumps(info))
@@ -1137,25 +1540,48 @@ def json_safe(v):
 
 
 def fmt(v, spec) -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+    return (
+        "-"
+        if v is None or (isinstance(v, float) and not math.isfinite(v))
+        else format(v, spec)
+    )
 
 
 def print_table(results: list, mode: str) -> None:
-    title = ("ddpc CUDA training programs vs the CPU reference and PyTorch on this GPU" if mode == "cuda"
-             else "DRY RUN (ddpc CPU programs, PyTorch on the CPU): NO GPU NUMBERS")
+    title = (
+        "ddpc CUDA training programs vs the CPU reference and PyTorch on this GPU"
+        if mode == "cuda"
+        else "DRY RUN (ddpc CPU programs, PyTorch on the CPU): NO GPU NUMBERS"
+    )
     print(f"\n== {title} ==")
-    head = ["model", "ddpc step ms", "ddpc samples/s", "torch step ms", "torch samples/s", "ratio", "loss check",
-            "weight check", "grad vs torch"]
+    head = [
+        "model",
+        "ddpc step ms",
+        "ddpc samples/s",
+        "torch step ms",
+        "torch samples/s",
+        "ratio",
+        "loss check",
+        "weight check",
+        "grad vs torch",
+    ]
     rows = []
     for r in results:
         d, t = r.get("ddpc_step_ms"), r.get("torch_step_ms")
         gt = r.get("grad_vs_torch")
-        rows.append([
-            r["model"], fmt(d, ".3f"), fmt(r.get("ddpc_samples_per_s"), ".0f"), fmt(t, ".3f"),
-            fmt(r.get("torch_samples_per_s"), ".0f"), fmt(d / t if d and t else None, ".2f"),
-            r.get("loss_verdict", "n/a"), r.get("weight_verdict", "n/a"),
-            "-" if not gt else ("ok" if gt["ok"] else f"DIFF {gt['worst']:.2g}"),
-        ])
+        rows.append(
+            [
+                r["model"],
+                fmt(d, ".3f"),
+                fmt(r.get("ddpc_samples_per_s"), ".0f"),
+                fmt(t, ".3f"),
+                fmt(r.get("torch_samples_per_s"), ".0f"),
+                fmt(d / t if d and t else None, ".2f"),
+                r.get("loss_verdict", "n/a"),
+                r.get("weight_verdict", "n/a"),
+                "-" if not gt else ("ok" if gt["ok"] else f"DIFF {gt['worst']:.2g}"),
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
 
     def line(cells):
@@ -1165,35 +1591,47 @@ def print_table(results: list, mode: str) -> None:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
         print(line(row))
-    print("ratio = ddpc step ms / torch step ms (> 1: ddpc slower); median step after warm-up (ddpc: --log-json "
-          "samples_per_s, startup excluded; torch: perf_counter around synchronized steps incl. the batch copy).")
-    print(f"loss check: step-1 loss within {LOSS1_RTOL:g} relative, then |loss - cpu_ref| <= {LOSS_RTOL:g}*max(1,|ref|) + {CHAOS:g}*"
-          "(chaos running max: PyTorch f32-f64, or the CPU reference on inputs perturbed by ~1 rounding). weight "
-          f"check: step-1 gradient, BatchNorm statistics and AdamW update within {GRAD_RTOL:g} relative (+ {CHAOS:g}x "
-          f"the perturbed CPU step 1), final weights within {WEIGHT_RTOL:g} (+ {CHAOS:g}x chaos) of their "
-          "training update. PASS* = passed only thanks to the float32-chaos envelope. grad vs torch: ddpc's step-1 "
-          "gradient vs PyTorch float64 (information, not part of the exit status).")
+    print(
+        "ratio = ddpc step ms / torch step ms (> 1: ddpc slower); median step after warm-up (ddpc: --log-json "
+        "samples_per_s, startup excluded; torch: perf_counter around synchronized steps incl. the batch copy)."
+    )
+    print(
+        f"loss check: step-1 loss within {LOSS1_RTOL:g} relative, then |loss - cpu_ref| <= {LOSS_RTOL:g}*max(1,|ref|) + {CHAOS:g}*"
+        "(chaos running max: PyTorch f32-f64, or the CPU reference on inputs perturbed by ~1 rounding). weight "
+        f"check: step-1 gradient, BatchNorm statistics and AdamW update within {GRAD_RTOL:g} relative (+ {CHAOS:g}x "
+        f"the perturbed CPU step 1), final weights within {WEIGHT_RTOL:g} (+ {CHAOS:g}x chaos) of their "
+        "training update. PASS* = passed only thanks to the float32-chaos envelope. grad vs torch: ddpc's step-1 "
+        "gradient vs PyTorch float64 (information, not part of the exit status)."
+    )
     print("deviations from the CPU reference:")
     for r in results:
         lc, wc, s1 = r.get("loss_check"), r.get("weight_check"), r.get("step1_check")
         if s1:
-            print(f"  {r['model']:<12} ddpc step 1: loss {fmt(s1['loss1_abs_diff'], '.2g')}, gradient "
-                  f"{fmt(s1['grad']['worst'], '.2g')} [{s1['grad']['tensor']}], BN stats {fmt(s1['buffer']['worst'], '.2g')}, "
-                  f"AdamW update {fmt(s1['update']['worst'], '.2g')}, v1/m1 {fmt(s1['moments']['worst'], '.2g')}")
+            print(
+                f"  {r['model']:<12} ddpc step 1: loss {fmt(s1['loss1_abs_diff'], '.2g')}, gradient "
+                f"{fmt(s1['grad']['worst'], '.2g')} [{s1['grad']['tensor']}], BN stats {fmt(s1['buffer']['worst'], '.2g')}, "
+                f"AdamW update {fmt(s1['update']['worst'], '.2g')}, v1/m1 {fmt(s1['moments']['worst'], '.2g')}"
+            )
         if lc:
-            print(f"  {r['model']:<12} ddpc {len(r.get('ddpc_losses', []))} steps: max |d loss| {fmt(lc['max_abs'], '.3g')} "
-                  f"({fmt(lc['max_ratio_strict'], '.2f')}x strict, {fmt(lc['max_ratio'], '.2f')}x with envelope); weights "
-                  f"{fmt(wc and wc['worst_err'], '.3g')} of the update [{wc and wc['worst_tensor']}] "
-                  f"({fmt(wc and wc['max_ratio_strict'], '.2f')}x strict, {fmt(wc and wc['max_ratio'], '.2f')}x with envelope)")
+            print(
+                f"  {r['model']:<12} ddpc {len(r.get('ddpc_losses', []))} steps: max |d loss| {fmt(lc['max_abs'], '.3g')} "
+                f"({fmt(lc['max_ratio_strict'], '.2f')}x strict, {fmt(lc['max_ratio'], '.2f')}x with envelope); weights "
+                f"{fmt(wc and wc['worst_err'], '.3g')} of the update [{wc and wc['worst_tensor']}] "
+                f"({fmt(wc and wc['max_ratio_strict'], '.2f')}x strict, {fmt(wc and wc['max_ratio'], '.2f')}x with envelope)"
+            )
         if r.get("torch_chaos"):
             c = r["torch_chaos"]
             tv = r.get("torch_vs_ref", {})
-            print(f"  {r['model']:<12} torch: f32 vs f64 max |d loss| {fmt(c['loss_max'], '.3g')}, weights "
-                  f"{fmt(c['weights_max'], '.3g')}; torch f32 vs CPU reference: max |d loss| {fmt(tv.get('loss_max_abs'), '.3g')}, "
-                  f"weights {fmt(tv.get('weights'), '.3g')}")
+            print(
+                f"  {r['model']:<12} torch: f32 vs f64 max |d loss| {fmt(c['loss_max'], '.3g')}, weights "
+                f"{fmt(c['weights_max'], '.3g')}; torch f32 vs CPU reference: max |d loss| {fmt(tv.get('loss_max_abs'), '.3g')}, "
+                f"weights {fmt(tv.get('weights'), '.3g')}"
+            )
         gt = r.get("grad_vs_torch")
         if gt:
-            print(f"  {r['model']:<12} step-1 gradient vs PyTorch float64: {gt['worst']:.3g} relative [{gt['tensor']}]")
+            print(
+                f"  {r['model']:<12} step-1 gradient vs PyTorch float64: {gt['worst']:.3g} relative [{gt['tensor']}]"
+            )
     for r in results:
         for n in r.get("notes", []):
             print(f"  note ({r['model']}): {n}")
@@ -1212,7 +1650,11 @@ def embedding_check(ctx: dict, spec: dict) -> list:
     bundle, work, mode = ctx["bundle"], ctx["work"] / "embedding", ctx["mode"]
     work.mkdir(parents=True, exist_ok=True)
     edir = bundle / spec["dir"]
-    prog = edir / spec["program_cuda"] if mode == "cuda" else ctx["cpu_dir"] / spec["dir"] / spec["program_cpu"]
+    prog = (
+        edir / spec["program_cuda"]
+        if mode == "cuda"
+        else ctx["cpu_dir"] / spec["dir"] / spec["program_cpu"]
+    )
     if not prog.exists():
         return [f"embedding: {prog} not found"]
     prog = runnable_program(prog, work)
@@ -1221,31 +1663,67 @@ def embedding_check(ctx: dict, spec: dict) -> list:
         env["LD_LIBRARY_PATH"] = ctx["ddpc_ld_path"]
     failures = []
     out = work / "trained.onnx"
-    r = run_cmd([prog, *ddpc_flags(edir / spec["ids"], edir / spec["labels"]), "--epochs", 1, "--save", out],
-                TIMEOUTS[mode]["short"], cwd=work, env=env)
+    r = run_cmd(
+        [
+            prog,
+            *ddpc_flags(edir / spec["ids"], edir / spec["labels"]),
+            "--epochs",
+            1,
+            "--save",
+            out,
+        ],
+        TIMEOUTS[mode]["short"],
+        cwd=work,
+        env=env,
+    )
     if r["rc"] != 0 or not out.exists():
         failures.append(why_failed(r, "embedding, training run"))
     else:
         import onnx  # noqa: PLC0415  (the bundle's python has it for the graph export)
         from onnx import numpy_helper  # noqa: PLC0415
-        got = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer}
+
+        got = {
+            t.name: numpy_helper.to_array(t)
+            for t in onnx.load(str(out)).graph.initializer
+        }
         ref = np.load(edir / spec["ref_weights"])
         for name in ref.files:
             scale = float(np.max(np.abs(ref[name]))) or 1.0
             err = float(np.max(np.abs(got[name] - ref[name]))) / scale
             ok = err <= EMBED_RTOL
-            print(f"gpu-check: embedding: {name} max |dw| / max |w| = {err:.2e} "
-                  f"({'PASS' if ok else 'FAIL'}, limit {EMBED_RTOL:g})", flush=True)
+            print(
+                f"gpu-check: embedding: {name} max |dw| / max |w| = {err:.2e} "
+                f"({'PASS' if ok else 'FAIL'}, limit {EMBED_RTOL:g})",
+                flush=True,
+            )
             if not ok:
-                failures.append(f"embedding: weight {name} off by {err:.2e} relative (limit {EMBED_RTOL:g})")
-    r = run_cmd([prog, *ddpc_flags(edir / spec["bad_ids"], edir / spec["labels"]), "--epochs", 1,
-                 "--save", work / "bad.onnx"], TIMEOUTS[mode]["short"], cwd=work, env=env)
+                failures.append(
+                    f"embedding: weight {name} off by {err:.2e} relative (limit {EMBED_RTOL:g})"
+                )
+    r = run_cmd(
+        [
+            prog,
+            *ddpc_flags(edir / spec["bad_ids"], edir / spec["labels"]),
+            "--epochs",
+            1,
+            "--save",
+            work / "bad.onnx",
+        ],
+        TIMEOUTS[mode]["short"],
+        cwd=work,
+        env=env,
+    )
     want = spec["bad_message"]
     if r["rc"] == 0 or want not in r["err"] or (work / "bad.onnx").exists():
-        failures.append(f"embedding: an out-of-range id did not end the run with '{want}': "
-                        f"{why_failed(r, 'bad-id run')}")
+        failures.append(
+            f"embedding: an out-of-range id did not end the run with '{want}': "
+            f"{why_failed(r, 'bad-id run')}"
+        )
     else:
-        print(f"gpu-check: embedding: out-of-range id refused: PASS ({tail(r['err'], 1)})", flush=True)
+        print(
+            f"gpu-check: embedding: out-of-range id refused: PASS ({tail(r['err'], 1)})",
+            flush=True,
+        )
     for f in failures:
         print(f"gpu-check: FAIL: {f}", flush=True)
     return failures
@@ -1255,7 +1733,16 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "torch":
         ap = argparse.ArgumentParser()
         ap.add_argument("mode")
-        for f in ("--graph", "--init", "--x", "--y", "--device", "--opt", "--out", "--arrays-out"):
+        for f in (
+            "--graph",
+            "--init",
+            "--x",
+            "--y",
+            "--device",
+            "--opt",
+            "--out",
+            "--arrays-out",
+        ):
             ap.add_argument(f, required=True)
         for f in ("--batch", "--steps", "--warmup", "--timed-steps"):
             ap.add_argument(f, type=int, required=True)
@@ -1266,21 +1753,41 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", default=str(HERE))
-    ap.add_argument("--target", default=os.environ.get("DDPC_GPU_CHECK_TARGET", "cuda"), choices=["cuda", "cpu"])
+    ap.add_argument(
+        "--target",
+        default=os.environ.get("DDPC_GPU_CHECK_TARGET", "cuda"),
+        choices=["cuda", "cpu"],
+    )
     ap.add_argument("--cpu-programs", default=os.environ.get("DDPC_CPU_PROGRAMS"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--models", nargs="*")
     args = ap.parse_args()
-    out_path = pathlib.Path(args.out) if args.out else (
-        pathlib.Path(os.environ["OUT"]) / "gpu-check.json" if os.environ.get("OUT") else pathlib.Path("gpu-check.json"))
+    out_path = (
+        pathlib.Path(args.out)
+        if args.out
+        else (
+            pathlib.Path(os.environ["OUT"]) / "gpu-check.json"
+            if os.environ.get("OUT")
+            else pathlib.Path("gpu-check.json")
+        )
+    )
     mode = args.target
     result = {
-        "mode": "gpu" if mode == "cuda" else "DRY RUN on the CPU (ddpc CPU programs, PyTorch CPU): NO GPU NUMBERS",
+        "mode": (
+            "gpu"
+            if mode == "cuda"
+            else "DRY RUN on the CPU (ddpc CPU programs, PyTorch CPU): NO GPU NUMBERS"
+        ),
         "target": mode,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": os.uname().nodename,
         "python": sys.executable,
-        "tolerances": {"grad_rtol": GRAD_RTOL, "loss_rtol": LOSS_RTOL, "weight_rtol": WEIGHT_RTOL, "chaos_factor": CHAOS},
+        "tolerances": {
+            "grad_rtol": GRAD_RTOL,
+            "loss_rtol": LOSS_RTOL,
+            "weight_rtol": WEIGHT_RTOL,
+            "chaos_factor": CHAOS,
+        },
         "timing": TIMING[mode],
         "libraries": os.environ.get("DDPC_GPU_LIBS", ""),
         "models": [],
@@ -1292,12 +1799,24 @@ def main() -> int:
         need_numpy()
         bundle = pathlib.Path(args.bundle).resolve()
         manifest = json.loads((bundle / "manifest.json").read_text())
-        result["bundle"] = {k: manifest.get(k) for k in ("created", "ddpc_git", "batch", "steps", "optimizer", "cuda_arch")}
-        budget_s = float(os.environ.get("DDPC_GPU_CHECK_BUDGET_S", TIMEOUTS[mode]["budget"]))
-        work = pathlib.Path(os.environ.get("DDPC_GPU_CHECK_WORK") or tempfile.mkdtemp(prefix="ddpc-gpu-check-"))
+        result["bundle"] = {
+            k: manifest.get(k)
+            for k in ("created", "ddpc_git", "batch", "steps", "optimizer", "cuda_arch")
+        }
+        budget_s = float(
+            os.environ.get("DDPC_GPU_CHECK_BUDGET_S", TIMEOUTS[mode]["budget"])
+        )
+        work = pathlib.Path(
+            os.environ.get("DDPC_GPU_CHECK_WORK")
+            or tempfile.mkdtemp(prefix="ddpc-gpu-check-")
+        )
         work.mkdir(parents=True, exist_ok=True)
         result["work_dir"] = str(work)
-        cpu_dir = pathlib.Path(args.cpu_programs) if args.cpu_programs else bundle.parent / (bundle.name + "-cpu")
+        cpu_dir = (
+            pathlib.Path(args.cpu_programs)
+            if args.cpu_programs
+            else bundle.parent / (bundle.name + "-cpu")
+        )
         python = os.environ.get("PYTHON") or sys.executable
         # PyTorch gets the environment from before gpu-check.sh added the
         # CUDA library folders for ddpc (its wheel finds its own libraries).
@@ -1308,33 +1827,61 @@ def main() -> int:
             else:
                 torch_env.pop("LD_LIBRARY_PATH", None)
         torch_skip = None
-        probe = run_cmd([python, "-c", "import torch, numpy; print(torch.__version__)"], 120, env=torch_env)
+        probe = run_cmd(
+            [python, "-c", "import torch, numpy; print(torch.__version__)"],
+            120,
+            env=torch_env,
+        )
         if probe["rc"] != 0:
-            torch_skip = f"torch/numpy not importable by {python}: {tail(probe['err'], 2)}"
+            torch_skip = (
+                f"torch/numpy not importable by {python}: {tail(probe['err'], 2)}"
+            )
             if mode == "cuda":
                 result["errors"].append(torch_skip)
                 print(f"gpu-check: FAIL: {torch_skip}", flush=True)
             else:
-                print(f"gpu-check: note: {torch_skip}; the dry run skips PyTorch (strict tolerances only)", flush=True)
+                print(
+                    f"gpu-check: note: {torch_skip}; the dry run skips PyTorch (strict tolerances only)",
+                    flush=True,
+                )
         else:
             result["torch_version"] = probe["out"].strip()
         ctx = {
-            "mode": mode, "bundle": bundle, "work": work, "manifest": manifest, "budget": Budget(budget_s),
-            "cpu_dir": cpu_dir, "python": python, "torch_env": torch_env, "torch_skip": torch_skip,
+            "mode": mode,
+            "bundle": bundle,
+            "work": work,
+            "manifest": manifest,
+            "budget": Budget(budget_s),
+            "cpu_dir": cpu_dir,
+            "python": python,
+            "torch_env": torch_env,
+            "torch_skip": torch_skip,
             "torch_device": "cuda" if mode == "cuda" else "cpu",
-            "ddpc_ld_path": os.environ.get("DDPC_PROGRAM_LD_LIBRARY_PATH", "") if mode == "cuda" else "",
+            "ddpc_ld_path": (
+                os.environ.get("DDPC_PROGRAM_LD_LIBRARY_PATH", "")
+                if mode == "cuda"
+                else ""
+            ),
         }
         if mode == "cpu":
-            print(f"gpu-check: *** DRY RUN: CPU programs from {cpu_dir}, PyTorch on the CPU: NO GPU NUMBERS ***", flush=True)
+            print(
+                f"gpu-check: *** DRY RUN: CPU programs from {cpu_dir}, PyTorch on the CPU: NO GPU NUMBERS ***",
+                flush=True,
+            )
         for entry in manifest["models"]:
             if args.models and entry["name"] not in args.models:
                 continue
             try:
                 r = ModelCheck(ctx, entry).run()
             except Exception as e:  # noqa: BLE001
-                r = {"model": entry["name"], "errors": [f"{entry['name']}: internal error of the check: {e!r}"],
-                     "traceback": traceback.format_exc()}
-                print(f"gpu-check: FAIL: {r['errors'][0]}\n{r['traceback']}", flush=True)
+                r = {
+                    "model": entry["name"],
+                    "errors": [f"{entry['name']}: internal error of the check: {e!r}"],
+                    "traceback": traceback.format_exc(),
+                }
+                print(
+                    f"gpu-check: FAIL: {r['errors'][0]}\n{r['traceback']}", flush=True
+                )
             result["models"].append(r)
         print_table(result["models"], mode)
         emb = manifest.get("embedding")
@@ -1349,7 +1896,9 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001
         result["errors"].append(f"internal error of the check: {e!r}")
         result["traceback"] = traceback.format_exc()
-        print(f"gpu-check: FAIL: internal error: {e!r}\n{result['traceback']}", flush=True)
+        print(
+            f"gpu-check: FAIL: internal error: {e!r}\n{result['traceback']}", flush=True
+        )
         rc = 1
     result["total_s"] = round(time.perf_counter() - t0, 1)
     result["status"] = "PASS" if rc == 0 else "FAIL"
@@ -1360,7 +1909,10 @@ def main() -> int:
     except OSError as e:
         print(f"gpu-check: cannot write {out_path}: {e}", file=sys.stderr)
         rc = 1
-    print(f"gpu-check: {result['status']} in {result['total_s']:.0f} s" + (" (DRY RUN on the CPU: no GPU numbers)" if mode == "cpu" else ""))
+    print(
+        f"gpu-check: {result['status']} in {result['total_s']:.0f} s"
+        + (" (DRY RUN on the CPU: no GPU numbers)" if mode == "cpu" else "")
+    )
     for e in result.get("failures", result["errors"]):
         print(f"gpu-check: failure: {e}")
     return rc

@@ -55,7 +55,13 @@ CHAOS_EPS = 1e-7
 #: Trajectory chaos envelope: CHAOS_TRAJ_RUNS perturbed runs of all STEPS
 #: steps (per-step loss and final-weight deviations from the reference).
 CHAOS_TRAJ_RUNS = 2
-OPTIMIZER = {"name": "adamw", "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
+OPTIMIZER = {
+    "name": "adamw",
+    "lr": 0.001,
+    "betas": [0.9, 0.999],
+    "eps": 1e-8,
+    "weight_decay": 0.0,
+}
 CUDA_ARCH = "sm_80,sm_90"
 #: Models that also ship an inference program (fused cuDNN/cuBLASLt
 #: epilogues on the GPU); the ResNet's would not fit the bundle.
@@ -120,17 +126,30 @@ def fmnist_data(n: int):
     """The first n Fashion-MNIST training images (Debian's
     dataset-fashion-mnist, as examples/fashion_mnist/demo.py reads them),
     normalized as the demo does; synthetic images if the files are missing."""
-    root = pathlib.Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    root = pathlib.Path(
+        os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
+    )
     recipe = [["div", 255.0], ["sub", FMNIST_MEAN], ["div", FMNIST_STD]]
-    imgs, labels = root / "train-images-idx3-ubyte.gz", root / "train-labels-idx1-ubyte.gz"
+    imgs, labels = (
+        root / "train-images-idx3-ubyte.gz",
+        root / "train-labels-idx1-ubyte.gz",
+    )
     if imgs.exists() and labels.exists():
         with gzip.open(imgs) as f:
-            u8 = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)[:n].copy()
+            u8 = (
+                np.frombuffer(f.read(), np.uint8, offset=16)
+                .reshape(-1, 1, 28, 28)[:n]
+                .copy()
+            )
         with gzip.open(labels) as f:
             y = np.frombuffer(f.read(), np.uint8, offset=8)[:n].astype(np.int64)
         return u8, y, recipe, f"Fashion-MNIST, first {n} training images ({root})"
     log(f"warning: {root} has no Fashion-MNIST files: using synthetic images")
-    return (*synthetic(n, (1, 28, 28), recipe, seed=2), recipe, "synthetic (Fashion-MNIST files not found)")
+    return (
+        *synthetic(n, (1, 28, 28), recipe, seed=2),
+        recipe,
+        "synthetic (Fashion-MNIST files not found)",
+    )
 
 
 def synthetic(n: int, shape: tuple, recipe: list, seed: int):
@@ -147,7 +166,12 @@ def synthetic(n: int, shape: tuple, recipe: list, seed: int):
 def resnet_data(n: int):
     recipe = [["sub", 128.0], ["div", 64.0]]  # exact in float32: values k/64
     u8, y = synthetic(n, (3, 32, 32), recipe, seed=1)
-    return u8, y, recipe, f"synthetic: {n} uniform uint8 3x32x32 images, labels from a random linear teacher"
+    return (
+        u8,
+        y,
+        recipe,
+        f"synthetic: {n} uniform uint8 3x32x32 images, labels from a random linear teacher",
+    )
 
 
 # -- compile, with a cache -------------------------------------------------------
@@ -161,7 +185,9 @@ def file_sha(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def compile_program(ddpc, model, target, out, force, ddpc_sha, train=True) -> pathlib.Path:
+def compile_program(
+    ddpc, model, target, out, force, ddpc_sha, train=True
+) -> pathlib.Path:
     cmd = [ddpc, "compile", model]
     if train:
         cmd += ["--train", "--optimizer", OPTIMIZER["name"], "--lr", OPTIMIZER["lr"]]
@@ -176,7 +202,9 @@ def compile_program(ddpc, model, target, out, force, ddpc_sha, train=True) -> pa
         return out
     t0 = time.perf_counter()
     sh(cmd)
-    log(f"compiled {out.name} in {time.perf_counter() - t0:.0f} s ({out.stat().st_size / 2**20:.1f} MiB)")
+    log(
+        f"compiled {out.name} in {time.perf_counter() - t0:.0f} s ({out.stat().st_size / 2**20:.1f} MiB)"
+    )
     stamp.write_text(key)
     return out
 
@@ -184,7 +212,9 @@ def compile_program(ddpc, model, target, out, force, ddpc_sha, train=True) -> pa
 # -- CPU reference ---------------------------------------------------------------
 
 
-def cpu_reference(prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_sha) -> dict:
+def cpu_reference(
+    prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_sha
+) -> dict:
     """Runs the CPU program: 0 steps (initial weights), 1 step (first
     gradient from AdamW's first moment, BatchNorm statistics) and STEPS
     steps (losses, final weights). Writes ref.json + ref_weights.npz in the
@@ -193,32 +223,90 @@ def cpu_reference(prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_
     (parameters), s<i> step-1 values (buffers)."""
     ref_json, ref_npz = work / "ref.json", work / "ref_weights.npz"
     stamp = work / "ref.stamp"
-    key = json.dumps([prog_sha, file_sha(xpath), file_sha(ypath), STEPS, BATCH, gpu_check.FULL_MAX, gpu_check.SAMPLE,
-                      CHAOS_RUNS, CHAOS_EPS, CHAOS_TRAJ_RUNS, 4])
-    if not force and ref_json.exists() and ref_npz.exists() and stamp.exists() and stamp.read_text() == key:
+    key = json.dumps(
+        [
+            prog_sha,
+            file_sha(xpath),
+            file_sha(ypath),
+            STEPS,
+            BATCH,
+            gpu_check.FULL_MAX,
+            gpu_check.SAMPLE,
+            CHAOS_RUNS,
+            CHAOS_EPS,
+            CHAOS_TRAJ_RUNS,
+            4,
+        ]
+    )
+    if (
+        not force
+        and ref_json.exists()
+        and ref_npz.exists()
+        and stamp.exists()
+        and stamp.read_text() == key
+    ):
         log(f"cached: CPU reference {ref_json}")
         return json.loads(ref_json.read_text())
     flags = [str(f) for f in gpu_check.ddpc_flags(xpath, ypath)]
-    init_ck, step1_ck, final_ck = work / "init.ckpt", work / "step1.ckpt", work / "final.ckpt"
+    init_ck, step1_ck, final_ck = (
+        work / "init.ckpt",
+        work / "step1.ckpt",
+        work / "final.ckpt",
+    )
     steps_log = work / "steps.jsonl"
     for p in (init_ck, step1_ck, final_ck, steps_log):
         p.unlink(missing_ok=True)
-    sh([prog, *flags, "--epochs", 1, "--stop-after-steps", 0, "--checkpoint", init_ck], cwd=work)
-    sh([prog, *flags, "--epochs", 1, "--stop-after-steps", 1, "--checkpoint", step1_ck], cwd=work)
+    sh(
+        [prog, *flags, "--epochs", 1, "--stop-after-steps", 0, "--checkpoint", init_ck],
+        cwd=work,
+    )
+    sh(
+        [
+            prog,
+            *flags,
+            "--epochs",
+            1,
+            "--stop-after-steps",
+            1,
+            "--checkpoint",
+            step1_ck,
+        ],
+        cwd=work,
+    )
     t0 = time.perf_counter()
-    sh([prog, *flags, "--epochs", 1, "--stop-after-steps", STEPS, "--log-json", steps_log, "--checkpoint", final_ck], cwd=work)
+    sh(
+        [
+            prog,
+            *flags,
+            "--epochs",
+            1,
+            "--stop-after-steps",
+            STEPS,
+            "--log-json",
+            steps_log,
+            "--checkpoint",
+            final_ck,
+        ],
+        cwd=work,
+    )
     wall = time.perf_counter() - t0
     recs = gpu_check.read_jsonl(steps_log)
     if len(recs) != STEPS:
-        sys.exit(f"gpu-prepare: error: CPU reference logged {len(recs)} steps, expected {STEPS}")
+        sys.exit(
+            f"gpu-prepare: error: CPU reference logged {len(recs)} steps, expected {STEPS}"
+        )
     init = gpu_check.tensor_table(gpu_check.read_checkpoint(init_ck))
     ck1 = gpu_check.read_checkpoint(step1_ck)
     final = gpu_check.tensor_table(gpu_check.read_checkpoint(final_ck))
     # The program's initial weights must be the ONNX initializers, bit for bit.
     onnx_init = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for name, (_, arr) in init.items():
-        if name not in onnx_init or gpu_check.sha256_array(arr) != gpu_check.sha256_array(onnx_init[name].astype(np.float32)):
-            sys.exit(f"gpu-prepare: error: the CPU program's initial {name} differs from the ONNX initializer")
+        if name not in onnx_init or gpu_check.sha256_array(
+            arr
+        ) != gpu_check.sha256_array(onnx_init[name].astype(np.float32)):
+            sys.exit(
+                f"gpu-prepare: error: the CPU program's initial {name} differs from the ONNX initializer"
+            )
     beta1 = OPTIMIZER["betas"][0]
     tensors, arrays = [], {}
     for i, (name, (kind, w)) in enumerate(final.items()):
@@ -252,50 +340,110 @@ def cpu_reference(prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_
     rng = np.random.default_rng(20261130)
     pert_x = work / "x_perturbed.npy"
     for r in range(CHAOS_RUNS):
-        np.save(pert_x, (x.astype(np.float64) * (1 + CHAOS_EPS * rng.standard_normal(x.shape))).astype(np.float32))
+        np.save(
+            pert_x,
+            (
+                x.astype(np.float64) * (1 + CHAOS_EPS * rng.standard_normal(x.shape))
+            ).astype(np.float32),
+        )
         pck = work / "step1_perturbed.ckpt"
         pck.unlink(missing_ok=True)
         pflags = [str(f) for f in gpu_check.ddpc_flags(pert_x, ypath)]
-        sh([prog, *pflags, "--epochs", 1, "--stop-after-steps", 1, "--checkpoint", pck], cwd=work)
+        sh(
+            [
+                prog,
+                *pflags,
+                "--epochs",
+                1,
+                "--stop-after-steps",
+                1,
+                "--checkpoint",
+                pck,
+            ],
+            cwd=work,
+        )
         ckp = gpu_check.read_checkpoint(pck)
         for i, t in enumerate(tensors):
             idx = arrays.get(f"idx{i}")
             if t["kind"] == "param":
-                e = gpu_check.rel_update_error(gpu_check.gradient_of(ckp, t["name"], beta1), arrays[f"g{i}"], None, idx,
-                                               t["norm_grad"])
+                e = gpu_check.rel_update_error(
+                    gpu_check.gradient_of(ckp, t["name"], beta1),
+                    arrays[f"g{i}"],
+                    None,
+                    idx,
+                    t["norm_grad"],
+                )
                 t["chaos_grad"] = max(t.get("chaos_grad", 0.0), e)
             else:
-                e = gpu_check.rel_update_error(ckp["buffers"][t["name"]], arrays[f"s{i}"], init[t["name"]][1], idx,
-                                               t["norm_step1_delta"])
+                e = gpu_check.rel_update_error(
+                    ckp["buffers"][t["name"]],
+                    arrays[f"s{i}"],
+                    init[t["name"]][1],
+                    idx,
+                    t["norm_step1_delta"],
+                )
                 t["chaos_step1"] = max(t.get("chaos_step1", 0.0), e)
     # The trajectory's envelope, from the reference implementation itself:
     # all STEPS steps on perturbed inputs (PyTorch's float32 vs float64 on
     # the GPU is the other estimate; gpu_check.py takes the larger).
     chaos_losses = [0.0] * STEPS
     for r in range(CHAOS_TRAJ_RUNS):
-        np.save(pert_x, (x.astype(np.float64) * (1 + CHAOS_EPS * rng.standard_normal(x.shape))).astype(np.float32))
+        np.save(
+            pert_x,
+            (
+                x.astype(np.float64) * (1 + CHAOS_EPS * rng.standard_normal(x.shape))
+            ).astype(np.float32),
+        )
         pck, plog = work / "final_perturbed.ckpt", work / "steps_perturbed.jsonl"
         pck.unlink(missing_ok=True)
         plog.unlink(missing_ok=True)
         pflags = [str(f) for f in gpu_check.ddpc_flags(pert_x, ypath)]
-        sh([prog, *pflags, "--epochs", 1, "--stop-after-steps", STEPS, "--log-json", plog, "--checkpoint", pck], cwd=work)
+        sh(
+            [
+                prog,
+                *pflags,
+                "--epochs",
+                1,
+                "--stop-after-steps",
+                STEPS,
+                "--log-json",
+                plog,
+                "--checkpoint",
+                pck,
+            ],
+            cwd=work,
+        )
         plosses = [rec["loss"] for rec in gpu_check.read_jsonl(plog)]
         if len(plosses) != STEPS:
-            sys.exit(f"gpu-prepare: error: perturbed CPU run logged {len(plosses)} steps, expected {STEPS}")
-        chaos_losses = [max(c, abs(a - b.get("loss"))) for c, a, b in zip(chaos_losses, plosses, recs)]
+            sys.exit(
+                f"gpu-prepare: error: perturbed CPU run logged {len(plosses)} steps, expected {STEPS}"
+            )
+        chaos_losses = [
+            max(c, abs(a - b.get("loss")))
+            for c, a, b in zip(chaos_losses, plosses, recs)
+        ]
         pfinal = gpu_check.tensor_table(gpu_check.read_checkpoint(pck))
         for i, t in enumerate(tensors):
-            e = gpu_check.rel_update_error(pfinal[t["name"]][1], arrays[f"t{i}"], init[t["name"]][1],
-                                           arrays.get(f"idx{i}"), t["norm_delta"])
+            e = gpu_check.rel_update_error(
+                pfinal[t["name"]][1],
+                arrays[f"t{i}"],
+                init[t["name"]][1],
+                arrays.get(f"idx{i}"),
+                t["norm_delta"],
+            )
             t["chaos_final"] = max(t.get("chaos_final", 0.0), e)
         pck.unlink(missing_ok=True)
         plog.unlink(missing_ok=True)
     pert_x.unlink(missing_ok=True)
-    log(f"trajectory chaos envelope ({CHAOS_TRAJ_RUNS} perturbed runs of {STEPS} steps): loss up to "
-        f"{max(chaos_losses):.3g}, final weights up to {max(t['chaos_final'] for t in tensors):.3g} of the update")
+    log(
+        f"trajectory chaos envelope ({CHAOS_TRAJ_RUNS} perturbed runs of {STEPS} steps): loss up to "
+        f"{max(chaos_losses):.3g}, final weights up to {max(t['chaos_final'] for t in tensors):.3g} of the update"
+    )
     worst = max(tensors, key=lambda t: t.get("chaos_grad", t.get("chaos_step1", 0.0)))
-    log(f"step-1 chaos envelope ({CHAOS_RUNS} runs, inputs x(1 + {CHAOS_EPS:g} N(0,1))): largest "
-        f"{worst.get('chaos_grad', worst.get('chaos_step1', 0.0)):.3g} [{worst['name']}]")
+    log(
+        f"step-1 chaos envelope ({CHAOS_RUNS} runs, inputs x(1 + {CHAOS_EPS:g} N(0,1))): largest "
+        f"{worst.get('chaos_grad', worst.get('chaos_step1', 0.0)):.3g} [{worst['name']}]"
+    )
     sps = [r["samples_per_s"] for r in recs[1:]]
     ref = {
         "losses": [r["loss"] for r in recs],
@@ -316,7 +464,9 @@ def cpu_reference(prog, xpath, ypath, work, model: onnx.ModelProto, force, prog_
 # -- bundle ----------------------------------------------------------------------
 
 
-def graph_export(model_path: pathlib.Path, work: pathlib.Path, model: onnx.ModelProto) -> dict:
+def graph_export(
+    model_path: pathlib.Path, work: pathlib.Path, model: onnx.ModelProto
+) -> dict:
     """graph.json (bench/run_bench.py's export, read by torch_ref.OnnxModule)
     and graph_weights.npz: constants (c<i>), non-float initializers and, when
     small, the float initializers (i<i>), keyed by position because ONNX
@@ -446,10 +596,21 @@ def embedding_bundle(ddpc, work, out, cpu_out, force, tool_sha) -> dict:
         np.save(ework / f, a)
     cpu = compile_program(ddpc, model, "cpu", ework / "train_cpu", force, tool_sha)
     cuda = compile_program(ddpc, model, "cuda", ework / "train_cuda", force, tool_sha)
-    sh([cpu, *gpu_check.ddpc_flags(ework / "ids.npy", ework / "labels.npy"), "--epochs", 1, "--save",
-        ework / "ref.onnx"])
-    ref = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(ework / "ref.onnx")).graph.initializer
-           if t.data_type == onnx.TensorProto.FLOAT}
+    sh(
+        [
+            cpu,
+            *gpu_check.ddpc_flags(ework / "ids.npy", ework / "labels.npy"),
+            "--epochs",
+            1,
+            "--save",
+            ework / "ref.onnx",
+        ]
+    )
+    ref = {
+        t.name: numpy_helper.to_array(t)
+        for t in onnx.load(str(ework / "ref.onnx")).graph.initializer
+        if t.data_type == onnx.TensorProto.FLOAT
+    }
     bdir = out / name
     bdir.mkdir()
     np.savez(bdir / "ref_weights.npz", **ref)
@@ -458,28 +619,49 @@ def embedding_bundle(ddpc, work, out, cpu_out, force, tool_sha) -> dict:
     shutil.copy2(cuda, bdir / "train_cuda")
     (cpu_out / name).mkdir()
     shutil.copy2(cpu, cpu_out / name / "train_cpu")
-    log(f"token embedding check: {V}-row table, {n} samples of {S} ids, bad id in step 3")
-    return {"dir": name, "program_cuda": "train_cuda", "program_cpu": "train_cpu", "ids": "ids.npy",
-            "labels": "labels.npy", "bad_ids": "bad_ids.npy", "ref_weights": "ref_weights.npz",
-            "bad_message": f"step 3: index {V} is out of range in Gather node 'embed'"}
+    log(
+        f"token embedding check: {V}-row table, {n} samples of {S} ids, bad id in step 3"
+    )
+    return {
+        "dir": name,
+        "program_cuda": "train_cuda",
+        "program_cpu": "train_cpu",
+        "ids": "ids.npy",
+        "labels": "labels.npy",
+        "bad_ids": "bad_ids.npy",
+        "ref_weights": "ref_weights.npz",
+        "bad_message": f"step 3: index {V} is out of range in Gather node 'embed'",
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", type=pathlib.Path)
     ap.add_argument("--ddpc", type=pathlib.Path, default=ROOT / "build/bin/ddpc")
-    ap.add_argument("--work", type=pathlib.Path, default=ROOT / "build/gpu-prepare-work")
-    ap.add_argument("--force", action="store_true", help="ignore the compile/reference cache")
+    ap.add_argument(
+        "--work", type=pathlib.Path, default=ROOT / "build/gpu-prepare-work"
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="ignore the compile/reference cache"
+    )
     args = ap.parse_args()
     out = args.outdir.resolve()
     cpu_out = out.parent / (out.name + "-cpu")
     for d in (out, cpu_out):
         if d.exists():
-            if any(d.iterdir()) and not (d / "manifest.json").exists() and not (d / ".ddpc-cpu-programs").exists():
-                sys.exit(f"gpu-prepare: error: {d} exists and is not a bundle made by this script; not touching it")
+            if (
+                any(d.iterdir())
+                and not (d / "manifest.json").exists()
+                and not (d / ".ddpc-cpu-programs").exists()
+            ):
+                sys.exit(
+                    f"gpu-prepare: error: {d} exists and is not a bundle made by this script; not touching it"
+                )
             shutil.rmtree(d)
         d.mkdir(parents=True)
-    (cpu_out / ".ddpc-cpu-programs").write_text("CPU programs for the gpu-check dry run\n")
+    (cpu_out / ".ddpc-cpu-programs").write_text(
+        "CPU programs for the gpu-check dry run\n"
+    )
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     ddpc = args.ddpc.resolve()
@@ -490,7 +672,11 @@ def main() -> int:
     for lib in sorted((ddpc.parent.parent / "lib").glob("*")):
         if lib.suffix in (".a", ".link") and lib.is_file():
             tool_sha.update(lib.name.encode() + file_sha(lib).encode())
-    git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    git = subprocess.run(
+        ["git", "-C", ROOT, "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+    )
     n = STEPS * BATCH
     specs = [
         ("fmnist_cnn", fmnist_model(work), fmnist_data),
@@ -521,10 +707,26 @@ def main() -> int:
         for p, a in ((xpath, x), (ypath, y)):
             if not p.exists() or not np.array_equal(np.load(p), a):
                 np.save(p, a)
-        cpu_prog = compile_program(ddpc, model_path, "cpu", mwork / "train_cpu", args.force, tool_sha.hexdigest())
-        cuda_prog = compile_program(ddpc, model_path, "cuda", mwork / "train_cuda", args.force, tool_sha.hexdigest())
+        cpu_prog = compile_program(
+            ddpc,
+            model_path,
+            "cpu",
+            mwork / "train_cpu",
+            args.force,
+            tool_sha.hexdigest(),
+        )
+        cuda_prog = compile_program(
+            ddpc,
+            model_path,
+            "cuda",
+            mwork / "train_cuda",
+            args.force,
+            tool_sha.hexdigest(),
+        )
         log(f"CPU reference: {STEPS} steps of batch {BATCH}")
-        ref = cpu_reference(cpu_prog, xpath, ypath, mwork, model, args.force, file_sha(cpu_prog))
+        ref = cpu_reference(
+            cpu_prog, xpath, ypath, mwork, model, args.force, file_sha(cpu_prog)
+        )
         log(
             f"CPU reference: loss {ref['losses'][0]:.4f} -> {ref['losses'][-1]:.4f}, "
             f"{ref['cpu_samples_per_s_median']:.1f} samples/s on this CPU"
@@ -544,7 +746,11 @@ def main() -> int:
         entry = {
             "name": name,
             "dir": name,
-            "onnx": str(model_path.relative_to(ROOT) if model_path.is_relative_to(ROOT) else model_path),
+            "onnx": str(
+                model_path.relative_to(ROOT)
+                if model_path.is_relative_to(ROOT)
+                else model_path
+            ),
             "onnx_sha256": file_sha(model_path),
             "program_cuda": "train_cuda",
             "program_cpu": "train_cpu",
@@ -568,26 +774,55 @@ def main() -> int:
         }
         if name in INFERENCE_MODELS:
             io = (model.graph.input[0].name, model.graph.output[0].name)
-            infer_cpu = compile_program(ddpc, model_path, "cpu", mwork / "infer_cpu", args.force,
-                                        tool_sha.hexdigest(), train=False)
-            infer_cuda = compile_program(ddpc, model_path, "cuda", mwork / "infer_cuda", args.force,
-                                         tool_sha.hexdigest(), train=False)
+            infer_cpu = compile_program(
+                ddpc,
+                model_path,
+                "cpu",
+                mwork / "infer_cpu",
+                args.force,
+                tool_sha.hexdigest(),
+                train=False,
+            )
+            infer_cuda = compile_program(
+                ddpc,
+                model_path,
+                "cuda",
+                mwork / "infer_cuda",
+                args.force,
+                tool_sha.hexdigest(),
+                train=False,
+            )
             xi = mwork / "x_infer.npy"
             np.save(xi, x[:BATCH])
-            sh([infer_cpu, "--input", f"{io[0]}={xi}", "--output-dir", mwork / "infer_out"])
+            sh(
+                [
+                    infer_cpu,
+                    "--input",
+                    f"{io[0]}={xi}",
+                    "--output-dir",
+                    mwork / "infer_out",
+                ]
+            )
             shutil.copy2(mwork / "infer_out" / f"{io[1]}.npy", bdir / "infer_ref.npy")
             shutil.copy2(infer_cuda, bdir / "infer_cuda")
             shutil.copy2(infer_cpu, cpu_out / name / "infer_cpu")
-            entry["inference"] = {"program_cuda": "infer_cuda", "program_cpu": "infer_cpu",
-                                  "input": io[0], "output": io[1], "batch": BATCH,
-                                  "ref": "infer_ref.npy"}
+            entry["inference"] = {
+                "program_cuda": "infer_cuda",
+                "program_cpu": "infer_cpu",
+                "input": io[0],
+                "output": io[1],
+                "batch": BATCH,
+                "ref": "infer_ref.npy",
+            }
             log(f"inference program and CPU outputs for {name} (batch {BATCH})")
         manifest["models"].append(entry)
         model_lines.append(
             f"  {name:<12} input {list(u8.shape[1:])}, {g['params'] / 1e6:.2f}M params, data: {data_desc}; "
             f"CPU reference loss {ref['losses'][0]:.4f} -> {ref['losses'][-1]:.4f}"
         )
-    manifest["embedding"] = embedding_bundle(ddpc, work, out, cpu_out, args.force, tool_sha.hexdigest())
+    manifest["embedding"] = embedding_bundle(
+        ddpc, work, out, cpu_out, args.force, tool_sha.hexdigest()
+    )
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     shutil.copy2(ROOT / "scripts/gpu-check.sh", out / "gpu-check.sh")
     shutil.copy2(ROOT / "scripts/gpu_check.py", out / "gpu_check.py")
@@ -610,10 +845,15 @@ def main() -> int:
     for p in sorted(out.rglob("*")):
         if p.is_file():
             print(f"  {p.stat().st_size / 2**20:8.2f} MiB  {p.relative_to(out)}")
-    print(f"bundle: {out}  {total / 2**20:.2f} MiB ({total} bytes; limit {MAX_BUNDLE / 2**20:.0f} MiB)")
+    print(
+        f"bundle: {out}  {total / 2**20:.2f} MiB ({total} bytes; limit {MAX_BUNDLE / 2**20:.0f} MiB)"
+    )
     print(f"CPU programs for the dry run: {cpu_out}")
     if total > MAX_BUNDLE:
-        print(f"gpu-prepare: error: bundle is {total / 2**20:.2f} MiB, over {MAX_BUNDLE / 2**20:.0f} MiB", file=sys.stderr)
+        print(
+            f"gpu-prepare: error: bundle is {total / 2**20:.2f} MiB, over {MAX_BUNDLE / 2**20:.0f} MiB",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

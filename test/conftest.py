@@ -11,6 +11,7 @@ above test/, as ``make test-python`` and ``ninja check-ddpc-python`` do:
 
     PYTHONPATH=build/python python3 -m pytest -q test/e2e test/runtime test/python
 """
+
 import importlib.util
 import os
 import pathlib

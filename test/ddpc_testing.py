@@ -16,6 +16,7 @@ Only numpy is needed to import this module (the training-runtime suite runs
 without onnx); onnx and the ddpc package are imported by the helpers that
 use them.
 """
+
 import os
 import pathlib
 import shutil
@@ -26,7 +27,9 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("DDPC_BUILD_DIR", str(ROOT / "build")))
 # The fixture programs of unittests/Runtime (test/runtime).
-UNITTEST_DIR = pathlib.Path(os.environ.get("DDPC_UNITTEST_DIR", str(BUILD / "unittests")))
+UNITTEST_DIR = pathlib.Path(
+    os.environ.get("DDPC_UNITTEST_DIR", str(BUILD / "unittests"))
+)
 EXAMPLES = ROOT / "examples" / "models"
 
 # ------------------------------------------------------------------------ MPI
@@ -34,9 +37,13 @@ EXAMPLES = ROOT / "examples" / "models"
 MPIRUN = shutil.which("mpirun")
 # OpenMPI may run as root (CI does) and stays off the network interfaces of
 # the test machine.
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
-           "OMPI_MCA_oob_tcp_if_include": "lo"}
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_btl": "self,vader,tcp",
+    "OMPI_MCA_btl_tcp_if_include": "lo",
+    "OMPI_MCA_oob_tcp_if_include": "lo",
+}
 # The environment compiled programs run with, under mpirun or alone.
 ENV = dict(os.environ, **MPI_ENV)
 
@@ -45,17 +52,25 @@ def weights(path):
     """{initializer name: numpy array} of the ONNX model at `path`."""
     import onnx
     from onnx import numpy_helper
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+    return {
+        t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer
+    }
 
 
 # ------------------------------------------------------------------ inference
+
 
 def run_ddpc(ddpc, model_path, feeds, tmp_path, *compile_args):
     """Compiles `model_path` to tmp_path/prog and runs it on `feeds` (name ->
     array); the outputs land in tmp_path/out/<name>.npy."""
     prog = tmp_path / "prog"
-    proc = subprocess.run([ddpc, "compile", str(model_path), "-o", str(prog), *compile_args],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [ddpc, "compile", str(model_path), "-o", str(prog), *compile_args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     cmd = [str(prog), "--output-dir", str(tmp_path / "out")]
     for name, value in feeds.items():
@@ -76,6 +91,7 @@ def mlp_model(path, seed=0, dropout=0.0):
     its initializers."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
     rng = np.random.default_rng(seed)
     inits = {
         "W1": (rng.standard_normal((F, H)) * 0.3).astype(np.float32),
@@ -83,9 +99,11 @@ def mlp_model(path, seed=0, dropout=0.0):
         "W2": (rng.standard_normal((H, C)) * 0.3).astype(np.float32),
         "b2": (rng.standard_normal(C) * 0.1).astype(np.float32),
     }
-    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h0"]),
-             helper.make_node("Add", ["h0", "b1"], ["h"]),
-             helper.make_node("Relu", ["h"], ["r0"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r0"]),
+    ]
     if dropout:
         nodes.append(helper.make_node("Dropout", ["r0", "ratio"], ["r"]))
         extra = [numpy_helper.from_array(np.array(dropout, np.float32), "ratio")]
@@ -93,9 +111,13 @@ def mlp_model(path, seed=0, dropout=0.0):
         nodes.append(helper.make_node("Identity", ["r0"], ["r"]))
         extra = []
     nodes.append(helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"]))
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()] + extra)
+    g = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()] + extra,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
@@ -112,8 +134,22 @@ def data(n, seed=1, shape=(F,)):
 
 def compile_train(ddpc, model, out, batch, *args):
     """`ddpc compile --train --batch-size batch`; returns `out`."""
-    proc = subprocess.run([ddpc, "compile", str(model), "--train", "--batch-size", str(batch),
-                           "-o", str(out), *args], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(model),
+            "--train",
+            "--batch-size",
+            str(batch),
+            "-o",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -125,8 +161,14 @@ def run_train(prog, tmp, ranks=1, *args, check=True, env=None):
     cmd = [str(prog), "--data", str(x), "--labels", str(y), "--quiet", *args]
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(ENV, **(env or {})),
-                          cwd=tmp)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(ENV, **(env or {})),
+        cwd=tmp,
+    )
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -147,8 +189,8 @@ def numpy_train(p, x, y, batch, steps, opt):
     p = {k: v.astype(np.float64) for k, v in p.items()}
     state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
     for t in range(1, steps + 1):
-        xb = x[(t - 1) * batch: t * batch].astype(np.float64)
-        yb = y[(t - 1) * batch: t * batch]
+        xb = x[(t - 1) * batch : t * batch].astype(np.float64)
+        yb = y[(t - 1) * batch : t * batch]
         h = xb @ p["W1"] + p["b1"]
         r = np.maximum(h, 0)
         z = r @ p["W2"] + p["b2"]
@@ -170,41 +212,59 @@ def numpy_train(p, x, y, batch, steps, opt):
                 p[k] = p[k] * (1 - opt["lr"] * opt["wd"])
                 m = state[k][0] = b1 * state[k][0] + (1 - b1) * g[k]
                 v = state[k][1] = b2 * state[k][1] + (1 - b2) * g[k] ** 2
-                denom = np.sqrt(v) / np.sqrt(1 - b2 ** t) + 1e-8
-                p[k] = p[k] - opt["lr"] / (1 - b1 ** t) * m / denom
+                denom = np.sqrt(v) / np.sqrt(1 - b2**t) + 1e-8
+                p[k] = p[k] - opt["lr"] / (1 - b1**t) * m / denom
     return p
 
 
 # name: (ddpc compile flags, the same settings for numpy_train).
 OPTIMIZERS = {
-    "sgd-momentum": (["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01"],
-                     dict(name="sgd", lr=0.1, momentum=0.9, wd=0.01, nesterov=False)),
-    "sgd-nesterov": (["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--nesterov"],
-                     dict(name="sgd", lr=0.05, momentum=0.8, wd=0.0, nesterov=True)),
-    "adamw": (["--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05"],
-              dict(name="adamw", lr=0.01, wd=0.05)),
+    "sgd-momentum": (
+        [
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "0.1",
+            "--momentum",
+            "0.9",
+            "--weight-decay",
+            "0.01",
+        ],
+        dict(name="sgd", lr=0.1, momentum=0.9, wd=0.01, nesterov=False),
+    ),
+    "sgd-nesterov": (
+        ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.8", "--nesterov"],
+        dict(name="sgd", lr=0.05, momentum=0.8, wd=0.0, nesterov=True),
+    ),
+    "adamw": (
+        ["--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05"],
+        dict(name="adamw", lr=0.01, wd=0.05),
+    ),
 }
 
 
 # ------------------------------------------------------------------ gradients
+
 
 def aligned(x, align=64):
     """A copy of `x` at a 64-byte aligned address, which Program.run passes
     to the compiled code without copying it."""
     raw = np.empty(x.nbytes + align, np.uint8)
     offset = (-raw.ctypes.data) % align
-    out = raw[offset:offset + x.nbytes].view(x.dtype).reshape(x.shape)
+    out = raw[offset : offset + x.nbytes].view(x.dtype).reshape(x.shape)
     out[...] = x
     return out
 
 
-def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), target="cpu",
-                    domain=None):
+def check_gradients(
+    m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), target="cpu", domain=None
+):
     """Compiles the model `m` with vjp=True and checks d_<input> of every
     (name, shape) in `inputs` (random, |x| + 0.5 for names in `positive`,
     `domain(x)` for all when given) against central differences of
     <outputs, random cotangents>."""
     import ddpc
+
     prog = ddpc.compile(m, vjp=True, onnx_checker=False, target=target)
     feeds = {}
     for name, shape in inputs:
@@ -219,8 +279,14 @@ def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), t
     # In the program's dtype (float64 for most cases, float32 for ops
     # that take nothing else).
     feeds = {k: aligned(v.astype(specs[k].dtype)) for k, v in feeds.items()}
-    cts = {f"d_{o}": aligned(rng.standard_normal(tuple(specs[f"d_{o}"].shape)).astype(
-        specs[f"d_{o}"].dtype)) for o in outs}
+    cts = {
+        f"d_{o}": aligned(
+            rng.standard_normal(tuple(specs[f"d_{o}"].shape)).astype(
+                specs[f"d_{o}"].dtype
+            )
+        )
+        for o in outs
+    }
 
     def objective(f):
         r = prog.run({**f, **cts})
@@ -232,7 +298,9 @@ def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), t
     before = {k: v.copy() for k, v in {**feeds, **cts}.items()}
     res = prog.run({**feeds, **cts})
     for k, v in {**feeds, **cts}.items():
-        np.testing.assert_array_equal(v, before[k], err_msg=f"the program wrote its input '{k}'")
+        np.testing.assert_array_equal(
+            v, before[k], err_msg=f"the program wrote its input '{k}'"
+        )
     for name, _ in inputs:
         analytic = res[f"d_{name}"]
         numeric = np.zeros_like(feeds[name])
@@ -245,14 +313,21 @@ def check_gradients(m, inputs, rng, h=1e-6, rtol=1e-5, atol=1e-7, positive=(), t
             fm = objective(feeds)
             flat[i] = orig
             numeric.reshape(-1)[i] = (fp - fm) / (2 * h)
-        np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"gradient of input '{name}'")
+        np.testing.assert_allclose(
+            analytic,
+            numeric,
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"gradient of input '{name}'",
+        )
 
 
 # ----------------------------------------------------------- training runtime
 
+
 class MT19937_64:
     """std::mt19937_64 (the C++ standard fixes its output sequence)."""
+
     N, M = 312, 156
     MASK = (1 << 64) - 1
 
@@ -260,7 +335,9 @@ class MT19937_64:
         self.mt = [seed & self.MASK]
         for i in range(1, self.N):
             prev = self.mt[-1]
-            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & self.MASK)
+            self.mt.append(
+                (6364136223846793005 * (prev ^ (prev >> 62)) + i) & self.MASK
+            )
         self.index = self.N
 
     def __call__(self) -> int:

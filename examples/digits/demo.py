@@ -37,19 +37,57 @@ def main() -> int:
         np.save(work / f"{name}_x.npy", x[idx])
         np.save(work / f"{name}_y.npy", y[idx])
     prog = work / "digits_train"
-    subprocess.run([args.ddpc, "compile", str(ROOT / "examples/digits/digits_mlp.onnx"), "--train",
-                    "--batch-size", "16", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9",
-                    "-o", str(prog)], check=True)
-    run = [str(prog), "--data", "train_x.npy", "--labels", "train_y.npy", "--epochs",
-           str(args.epochs), "--val-data", "test_x.npy", "--val-labels", "test_y.npy",
-           "--save", "trained.onnx"]
+    subprocess.run(
+        [
+            args.ddpc,
+            "compile",
+            str(ROOT / "examples/digits/digits_mlp.onnx"),
+            "--train",
+            "--batch-size",
+            "16",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "0.1",
+            "--momentum",
+            "0.9",
+            "-o",
+            str(prog),
+        ],
+        check=True,
+    )
+    run = [
+        str(prog),
+        "--data",
+        "train_x.npy",
+        "--labels",
+        "train_y.npy",
+        "--epochs",
+        str(args.epochs),
+        "--val-data",
+        "test_x.npy",
+        "--val-labels",
+        "test_y.npy",
+        "--save",
+        "trained.onnx",
+    ]
     if args.ranks > 1:
-        run = [shutil.which("mpirun") or "mpirun", "--oversubscribe", "-np", str(args.ranks), *run]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        run = [
+            shutil.which("mpirun") or "mpirun",
+            "--oversubscribe",
+            "-np",
+            str(args.ranks),
+            *run,
+        ]
+    env = dict(
+        os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"
+    )
     subprocess.run(run, check=True, cwd=work, env=env)
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(work / "trained.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        str(work / "trained.onnx"), providers=["CPUExecutionProvider"]
+    )
     tx, ty = np.load(work / "test_x.npy"), np.load(work / "test_y.npy")
     acc = float((sess.run(None, {"input": tx})[0].argmax(1) == ty).mean())
     print(f"digits: test accuracy of trained.onnx in onnxruntime: {acc:.4f}")

@@ -23,15 +23,19 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DATA = pathlib.Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+DATA = pathlib.Path(
+    os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
+)
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set pixel statistics
 
 
 def read_idx(name: str, offset: int) -> np.ndarray:
     path = DATA / name
     if not path.exists():
-        sys.exit(f"error: {path} not found: install Debian's dataset-fashion-mnist "
-                 f"(scripts/setup does) or set FASHION_MNIST_DIR")
+        sys.exit(
+            f"error: {path} not found: install Debian's dataset-fashion-mnist "
+            f"(scripts/setup does) or set FASHION_MNIST_DIR"
+        )
     with gzip.open(path) as f:
         return np.frombuffer(f.read(), np.uint8, offset=offset)
 
@@ -47,8 +51,9 @@ def prepare(out: pathlib.Path) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--ddpc", default=str(ROOT / "build/bin/ddpc"))
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=2)
@@ -62,31 +67,70 @@ def main() -> int:
     prepare(work)
     model = ROOT / "examples/fashion_mnist/fmnist_cnn.onnx"
     prog = work / "fmnist_train"
-    cmd = [args.ddpc, "compile", str(model), "--train", "--batch-size", str(args.batch_size),
-           "--optimizer", "adamw", "--lr", str(args.lr), "-o", str(prog), "--report"]
+    cmd = [
+        args.ddpc,
+        "compile",
+        str(model),
+        "--train",
+        "--batch-size",
+        str(args.batch_size),
+        "--optimizer",
+        "adamw",
+        "--lr",
+        str(args.lr),
+        "-o",
+        str(prog),
+        "--report",
+    ]
     print("demo:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)
-    run = [str(prog), "--data", "train_x.npy", "--labels", "train_y.npy", "--epochs",
-           str(args.epochs), "--val-data", "test_x.npy", "--val-labels", "test_y.npy",
-           "--save", "trained.onnx", "--log-json", "steps.jsonl"]
+    run = [
+        str(prog),
+        "--data",
+        "train_x.npy",
+        "--labels",
+        "train_y.npy",
+        "--epochs",
+        str(args.epochs),
+        "--val-data",
+        "test_x.npy",
+        "--val-labels",
+        "test_y.npy",
+        "--save",
+        "trained.onnx",
+        "--log-json",
+        "steps.jsonl",
+    ]
     if args.ranks > 1:
         mpirun = shutil.which("mpirun")
         if not mpirun:
-            sys.exit("error: mpirun not found: install openmpi-bin (scripts/setup does)")
+            sys.exit(
+                "error: mpirun not found: install openmpi-bin (scripts/setup does)"
+            )
         run = [mpirun, "--oversubscribe", "-np", str(args.ranks), *run]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = dict(
+        os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"
+    )
     print("demo:", " ".join(run), flush=True)
     subprocess.run(run, check=True, cwd=work, env=env)
 
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(work / "trained.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        str(work / "trained.onnx"), providers=["CPUExecutionProvider"]
+    )
     x, y = np.load(work / "test_x.npy"), np.load(work / "test_y.npy")
-    pred = np.concatenate([sess.run(None, {"input": x[i:i + 1000]})[0].argmax(1)
-                           for i in range(0, len(x), 1000)])
+    pred = np.concatenate(
+        [
+            sess.run(None, {"input": x[i : i + 1000]})[0].argmax(1)
+            for i in range(0, len(x), 1000)
+        ]
+    )
     acc = float((pred == y).mean())
-    print(f"demo: test accuracy of trained.onnx in onnxruntime: {acc:.4f} "
-          f"({args.ranks} ranks, {args.epochs} epochs, {time.time() - start:.0f} s in total)")
+    print(
+        f"demo: test accuracy of trained.onnx in onnxruntime: {acc:.4f} "
+        f"({args.ranks} ranks, {args.epochs} epochs, {time.time() - start:.0f} s in total)"
+    )
     if acc < 0.85:
         print("demo: FAILED: expected at least 0.85", file=sys.stderr)
         return 1

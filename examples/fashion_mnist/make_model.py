@@ -28,20 +28,39 @@ def uniform(shape, fan_in):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "fmnist_cnn.onnx")
+    out = (
+        sys.argv[1]
+        if len(sys.argv) > 1
+        else os.path.join(os.path.dirname(os.path.abspath(__file__)), "fmnist_cnn.onnx")
+    )
     w = {
-        "conv1.weight": uniform((16, 1, 3, 3), 9), "conv1.bias": uniform((16,), 9),
-        "conv2.weight": uniform((32, 16, 3, 3), 144), "conv2.bias": uniform((32,), 144),
-        "fc1.weight": uniform((64, 1568), 1568), "fc1.bias": uniform((64,), 1568),
-        "fc2.weight": uniform((10, 64), 64), "fc2.bias": uniform((10,), 64),
+        "conv1.weight": uniform((16, 1, 3, 3), 9),
+        "conv1.bias": uniform((16,), 9),
+        "conv2.weight": uniform((32, 16, 3, 3), 144),
+        "conv2.bias": uniform((32,), 144),
+        "fc1.weight": uniform((64, 1568), 1568),
+        "fc1.bias": uniform((64,), 1568),
+        "fc2.weight": uniform((10, 64), 64),
+        "fc2.bias": uniform((10,), 64),
     }
     n = helper.make_node
     nodes = [
-        n("Conv", ["input", "conv1.weight", "conv1.bias"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n(
+            "Conv",
+            ["input", "conv1.weight", "conv1.bias"],
+            ["c1"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
         n("Relu", ["c1"], ["r1"]),
         n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
-        n("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n(
+            "Conv",
+            ["p1", "conv2.weight", "conv2.bias"],
+            ["c2"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
         n("Relu", ["c2"], ["r2"]),
         n("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
         n("Flatten", ["p2"], ["f"], axis=1),
@@ -50,11 +69,15 @@ def main():
         n("Gemm", ["hr", "fc2.weight", "fc2.bias"], ["logits"], transB=1),
     ]
     g = helper.make_graph(
-        nodes, "fmnist_cnn",
+        nodes,
+        "fmnist_cnn",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 28, 28])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
-        [numpy_helper.from_array(v, k) for k, v in w.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="ddpc-examples")
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)], producer_name="ddpc-examples"
+    )
     m.ir_version = 8
     onnx.checker.check_model(m)
     onnx.save(m, out)

@@ -49,16 +49,18 @@ class Builder:
     def conv(self, x, cin, cout, k, stride=1, pad=0, bias=True):
         w = self.param("weight", (cout, cin, k, k), cin * k * k)
         ins = [x, w] + ([self.param("bias", (cout,), cin * k * k)] if bias else [])
-        return self.node("Conv", ins, kernel_shape=[k, k], strides=[stride, stride],
-                         pads=[pad] * 4)
+        return self.node(
+            "Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4
+        )
 
     def bn(self, x, c):
         scale = self.param("bn_weight", (c,), 1, "ones")
         b = self.param("bn_bias", (c,), 1, "zeros")
         mean = self.param("running_mean", (c,), 1, "zeros")
         var = self.param("running_var", (c,), 1, "ones")
-        return self.node("BatchNormalization", [x, scale, b, mean, var], epsilon=1e-5,
-                         momentum=0.9)
+        return self.node(
+            "BatchNormalization", [x, scale, b, mean, var], epsilon=1e-5, momentum=0.9
+        )
 
     def linear(self, x, fin, fout):
         w = self.param("fc_weight", (fout, fin), fin)
@@ -70,8 +72,11 @@ class Builder:
         out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])
         self.nodes.append(helper.make_node("Identity", [y], ["logits"], name="logits"))
         g = helper.make_graph(self.nodes, name, [x], [out], self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="ddpc-examples")
+        m = helper.make_model(
+            g,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            producer_name="ddpc-examples",
+        )
         m.ir_version = 8
         onnx.checker.check_model(m)
         return m
@@ -96,8 +101,11 @@ def resnet_mini():
     for cout, stride in ((16, 1), (32, 2), (64, 2)):
         y = b.node("Relu", [b.bn(b.conv(h, cin, cout, 3, stride, 1, False), cout)])
         y = b.bn(b.conv(y, cout, cout, 3, 1, 1, False), cout)
-        skip = h if (cin == cout and stride == 1) else b.bn(
-            b.conv(h, cin, cout, 1, stride, 0, False), cout)
+        skip = (
+            h
+            if (cin == cout and stride == 1)
+            else b.bn(b.conv(h, cin, cout, 1, stride, 0, False), cout)
+        )
         h = b.node("Relu", [b.node("Add", [y, skip])])
         cin = cout
     h = b.node("GlobalAveragePool", [h])
@@ -106,7 +114,9 @@ def resnet_mini():
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    out = (
+        sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    )
     for name, fn in (("lenet", lenet), ("resnet_mini", resnet_mini)):
         path = os.path.join(out, f"{name}.onnx")
         onnx.save(fn(), path)

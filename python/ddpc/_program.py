@@ -237,8 +237,12 @@ class Program:
         dest = pathlib.Path(path)
         if dest.is_symlink() and dest.exists():
             dest = dest.resolve()  # Write through the link, not over it.
-        if dest.exists() and not dest.is_file() and not dest.is_dir() or (
-                dest.is_symlink() and not dest.exists()):
+        if (
+            dest.exists()
+            and not dest.is_file()
+            and not dest.is_dir()
+            or (dest.is_symlink() and not dest.exists())
+        ):
             # A device, FIFO or dangling symlink: write it in place (renaming
             # over it would replace the special file itself).
             with open(exe, "rb") as src, open(dest, "wb") as out:
@@ -470,10 +474,14 @@ class Program:
                     "writes the log and the trained model itself (TrainResult.log, "
                     ".model); save result.model with onnx.save"
                 )
-            if not any(a == "--no-shuffle" or a.startswith("--shuffle-seed")
-                       for a in extra):
-                cmd += (["--shuffle-seed", str(int(shuffle_seed))] if shuffle
-                        else ["--no-shuffle"])
+            if not any(
+                a == "--no-shuffle" or a.startswith("--shuffle-seed") for a in extra
+            ):
+                cmd += (
+                    ["--shuffle-seed", str(int(shuffle_seed))]
+                    if shuffle
+                    else ["--no-shuffle"]
+                )
             if val_data is not None:
                 np.save(workdir / "VX.npy", np.ascontiguousarray(np.asarray(val_data)))
                 np.save(

@@ -304,6 +304,7 @@ def compare(
 ) -> str | None:
     """Returns None if `actual` matches `expected`, else a one-line reason."""
     if actual.dtype != expected.dtype or actual.shape != expected.shape:
+
         def fmt(a: np.ndarray) -> str:
             dt = "bfloat16" if onnx_dtype == BFLOAT16 and a is expected else a.dtype
             return f"{dt}[{','.join(map(str, a.shape))}]"
@@ -357,8 +358,9 @@ def top_level_ops(model: onnx.ModelProto) -> list[str]:
     return sorted(ops)
 
 
-def run_case(case: Case, ddpc: str, work_root: str, keep: bool,
-             target: str = "cpu") -> Result:
+def run_case(
+    case: Case, ddpc: str, work_root: str, keep: bool, target: str = "cpu"
+) -> Result:
     """Compiles, runs and checks one case; never raises."""
     start = time.monotonic()
     result = Result(name=case.name, suite=case.suite, status="fail")
@@ -407,6 +409,7 @@ def _check_and_run(
         feeds = [_light_input(vi) for vi in inputs]
         expected = [_load_tensor(case.expected_output)]
     else:
+
         def numbered(prefix: str) -> list[str]:
             files = glob.glob(os.path.join(case.data_dir, f"{prefix}_*.pb"))
             return sorted(files, key=lambda p: int(re.findall(r"(\d+)\.pb$", p)[0]))
@@ -458,7 +461,9 @@ def _check_and_run(
     if rc == 1:
         raise CaseFailure("fail", _with_line("compile error", line))
     if rc < 0:
-        raise CaseFailure("crash", _with_line(f"compiler killed by {_signal_name(rc)}", line))
+        raise CaseFailure(
+            "crash", _with_line(f"compiler killed by {_signal_name(rc)}", line)
+        )
     if rc != 0:
         raise CaseFailure("crash", _with_line(f"compiler exited {rc}", line))
     if not prog.is_file():
@@ -474,7 +479,9 @@ def _check_and_run(
     rc, err = _run_process(cmd, deadline, str(work))
     line = _first_line(err)
     if rc < 0:
-        raise CaseFailure("crash", _with_line(f"program killed by {_signal_name(rc)}", line))
+        raise CaseFailure(
+            "crash", _with_line(f"program killed by {_signal_name(rc)}", line)
+        )
     if rc != 0:
         raise CaseFailure("fail", _with_line(f"run error (exit {rc})", line))
 
@@ -595,20 +602,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="ONNX backend test data (default: the onnx package's)")  # fmt: skip
     p.add_argument("--ddpc", default=str(REPO_ROOT / "build" / "bin" / "ddpc"),
                    help="compiler CLI (default: <repo>/build/bin/ddpc)")  # fmt: skip
-    p.add_argument("--jobs", "-j", type=int, default=2, help="parallel cases (default 2)")
-    p.add_argument("--target", default="cpu", choices=["cpu", "cuda-emulate"],
-                   help="ddpc --target (cuda-emulate: the CUDA target's kernel IR run on "
-                        "the CPU; default cpu)")
+    p.add_argument(
+        "--jobs", "-j", type=int, default=2, help="parallel cases (default 2)"
+    )
+    p.add_argument(
+        "--target",
+        default="cpu",
+        choices=["cpu", "cuda-emulate"],
+        help="ddpc --target (cuda-emulate: the CUDA target's kernel IR run on "
+        "the CPU; default cpu)",
+    )
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds per case, compile + run (default 120; light: 600)")  # fmt: skip
-    p.add_argument("--filter", help="only cases whose name matches this regex (re.search)")
-    p.add_argument("--expected-failures", type=Path, default=HERE / "expected_failures.txt")
+    p.add_argument(
+        "--filter", help="only cases whose name matches this regex (re.search)"
+    )
+    p.add_argument(
+        "--expected-failures", type=Path, default=HERE / "expected_failures.txt"
+    )
     p.add_argument("--tolerances", type=Path, default=HERE / "tolerances.txt")
     p.add_argument("--report", type=Path, help="write a Markdown report here")
     p.add_argument("--json", type=Path, help="write per-case results as JSON here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
-    p.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    p.add_argument("-v", "--verbose", action="store_true", help="print every case result")
+    p.add_argument(
+        "--list", action="store_true", help="list the selected cases and exit"
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="print every case result"
+    )
     args = p.parse_args(argv)
     args.suite = args.suite or ["node"]
     if args.jobs < 1:
@@ -676,8 +697,10 @@ def run(args: argparse.Namespace) -> int:
     total = len(cases)
     try:
         with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_case, c, ddpc, work_root, args.keep, args.target)
-                       for c in cases]
+            futures = [
+                pool.submit(run_case, c, ddpc, work_root, args.keep, args.target)
+                for c in cases
+            ]
             for future in concurrent.futures.as_completed(futures):
                 r = future.result()
                 classify(r, expected_failures)
@@ -732,7 +755,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {r.name}: {r.message}")
     print(f"xfail: {summary['xfail']}, xpass: {summary['xpass']}, "
           f"crashes: {summary['crashes']}, timeouts: {summary['timeouts']}")  # fmt: skip
-    print(f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped")
+    print(
+        f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped"
+    )
     return 0 if summary["failed"] == 0 else 1
 
 

@@ -24,7 +24,9 @@ def test_sanitize_matches_runtime_rule() -> None:
 
 def test_compare_float_tolerance() -> None:
     e = np.array([1.0, 0.0], np.float32)
-    assert h.compare("o", np.array([1.0009, 0.0], np.float32), e, F32, None, None) is None
+    assert (
+        h.compare("o", np.array([1.0009, 0.0], np.float32), e, F32, None, None) is None
+    )
     assert h.compare("o", np.array([1.0011, 0.0], np.float32), e, F32, None, None)
     assert h.compare("o", np.array([1.0, 2e-5], np.float32), e, F32, None, None)
     assert h.compare("o", np.array([1.0011, 0.0], np.float32), e, F32, 1e-2, 0) is None
@@ -47,10 +49,24 @@ def test_compare_exact_for_integers_and_bool() -> None:
 
 
 def test_compare_shape_and_dtype() -> None:
-    msg = h.compare("o", np.zeros(3, np.float32), np.zeros((1, 3), np.float32), F32, None, None)
+    msg = h.compare(
+        "o", np.zeros(3, np.float32), np.zeros((1, 3), np.float32), F32, None, None
+    )
     assert msg == "output 'o': expected float32[1,3], got float32[3]"
-    assert h.compare("o", np.zeros(3, np.float64), np.zeros(3, np.float32), F32, None, None)
-    assert h.compare("o", np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), F32, None, None) is None
+    assert h.compare(
+        "o", np.zeros(3, np.float64), np.zeros(3, np.float32), F32, None, None
+    )
+    assert (
+        h.compare(
+            "o",
+            np.zeros((0, 2), np.float32),
+            np.zeros((0, 2), np.float32),
+            F32,
+            None,
+            None,
+        )
+        is None
+    )
 
 
 def test_compare_bfloat16_bits() -> None:

@@ -1,5 +1,6 @@
 """Bad input to `ddpc compile` gives a one-line reason, a non-zero exit
 code, and no output file (nothing half-written)."""
+
 import os
 import subprocess
 
@@ -10,10 +11,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 
-
 def compile_model(ddpc, model_path, out_path, *extra):
-    return subprocess.run([ddpc, "compile", str(model_path), "-o", str(out_path), *extra],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [ddpc, "compile", str(model_path), "-o", str(out_path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def assert_clean_failure(proc, out_path, expected_code, needle):
@@ -22,7 +26,9 @@ def assert_clean_failure(proc, out_path, expected_code, needle):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: ") and needle in lines[0], lines[0]
     parent = os.path.dirname(str(out_path))
-    assert not [f for f in os.listdir(parent) if f.startswith(os.path.basename(str(out_path)))]
+    assert not [
+        f for f in os.listdir(parent) if f.startswith(os.path.basename(str(out_path)))
+    ]
 
 
 def relu_model_with_external_weight(location, offset=0):
@@ -34,9 +40,13 @@ def relu_model_with_external_weight(location, offset=0):
     for k, v in (("location", location), ("offset", str(offset)), ("length", "16")):
         e = w.external_data.add()
         e.key, e.value = k, v
-    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [w],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -58,17 +68,37 @@ def test_missing_file(ddpc, tmp_path):
 
 
 def test_unsupported_op_exit_2(ddpc, tmp_path):
-    g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], name="hm")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+    g = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], name="hm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "m.onnx",
+    )
     proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
-    assert_clean_failure(proc, tmp_path / "prog", 2,
-                         "unsupported op 'Hardmax' (node 'hm', domain '', opset 13)")
+    assert_clean_failure(
+        proc,
+        tmp_path / "prog",
+        2,
+        "unsupported op 'Hardmax' (node 'hm', domain '', opset 13)",
+    )
 
 
-@pytest.mark.parametrize("location", ["../w.bin", "/etc/passwd", "link.bin", "hardlink.bin",
-                                      "fifo.bin", "sub", "past-end.bin"])
+@pytest.mark.parametrize(
+    "location",
+    [
+        "../w.bin",
+        "/etc/passwd",
+        "link.bin",
+        "hardlink.bin",
+        "fifo.bin",
+        "sub",
+        "past-end.bin",
+    ],
+)
 def test_external_data_outside_folder(ddpc, tmp_path, location):
     """Every way an external-data location could read what is not the
     model's own data is refused with one line: a path out of the folder
@@ -92,9 +122,13 @@ def test_external_data_outside_folder(ddpc, tmp_path, location):
         offset = 8
     onnx.save(relu_model_with_external_weight(location, offset), model_dir / "m.onnx")
     proc = compile_model(ddpc, model_dir / "m.onnx", tmp_path / "prog")
-    needle = {"link.bin": "outside", "hardlink.bin": "2 hard links",
-              "fifo.bin": "not a regular file", "sub": "not a regular file",
-              "past-end.bin": "beyond the end"}.get(location, location)
+    needle = {
+        "link.bin": "outside",
+        "hardlink.bin": "2 hard links",
+        "fifo.bin": "not a regular file",
+        "sub": "not a regular file",
+        "past-end.bin": "beyond the end",
+    }.get(location, location)
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
 
 
@@ -118,31 +152,62 @@ def test_external_data_inside_folder_works(ddpc, tmp_path):
     assert proc.returncode == 0, proc.stderr
     x = np.array([1, 2, 3, 4], np.float32)
     np.save(tmp_path / "x.npy", x)
-    run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
-                          "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            str(tmp_path / "prog"),
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), x + w)
 
 
 def test_program_rejects_wrong_input_shape(ddpc, tmp_path):
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "m.onnx",
+    )
     assert compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog").returncode == 0
     np.save(tmp_path / "x.npy", np.zeros((3, 2), np.float32))
-    run = subprocess.run([str(tmp_path / "prog"), str(tmp_path / "x.npy"),
-                          "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            str(tmp_path / "prog"),
+            str(tmp_path / "x.npy"),
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 1
     assert "input 'x'" in run.stderr and "float32[2,3]" in run.stderr
 
 
 def relu_model(path, opset=13, dims=(2, 3), outputs=True):
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))]
-                          if outputs else [])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+        (
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))]
+            if outputs
+            else []
+        ),
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path
+    )
     return path
 
 
@@ -152,11 +217,14 @@ def test_output_to_fifo_is_written_not_replaced(ddpc, tmp_path):
     (and a reader waiting on the pipe hung)."""
     import stat
     import threading
+
     model = relu_model(tmp_path / "m.onnx")
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader = threading.Thread(
+        target=lambda: got.append(open(fifo, "rb").read()), daemon=True
+    )
     reader.start()
     proc = compile_model(ddpc, model, fifo, "--emit=mlir")
     assert proc.returncode == 0, proc.stderr
@@ -182,25 +250,49 @@ def test_output_through_symlink_keeps_the_link(ddpc, tmp_path):
     os.symlink(tmp_path / "real" / "y.npy", out / "y.npy")  # Dangling: created.
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     np.save(tmp_path / "x.npy", x)
-    run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
-                          "--output-dir", str(out)], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            str(tmp_path / "prog"),
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--output-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert os.path.islink(out / "y.npy")
-    np.testing.assert_array_equal(np.load(tmp_path / "real" / "y.npy"), np.maximum(x, 0))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "real" / "y.npy"), np.maximum(x, 0)
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--cpu=bogus"], "--cpu bogus: not a CPU"),
-    (["-O7"], "-O7: the optimization level is 0, 1, 2 or 3"),
-    (["--dim", "N=3", "--dim", "N=4"], "--dim N is given twice"),
-    (["--dim", "N=3", "--batch-size", "2"], "--batch-size 2 conflicts with --dim N=3"),
-    (["--train", "--lr", "-1", "--batch-size", "2"], "--lr (TrainConfig.lr) must be a finite float32 >= 0, got -1"),
-    (["--dump-ir", ""], "--dump-ir needs a folder name"),
-    (["--train", "--loss", "mse", "--batch-size", "2", "--freeze", ""],
-     "--freeze: empty initializer name"),
-    (["--train", "--loss", "mse", "--batch-size", "2", "--freeze", "w,"],
-     "--freeze: empty initializer name"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--cpu=bogus"], "--cpu bogus: not a CPU"),
+        (["-O7"], "-O7: the optimization level is 0, 1, 2 or 3"),
+        (["--dim", "N=3", "--dim", "N=4"], "--dim N is given twice"),
+        (
+            ["--dim", "N=3", "--batch-size", "2"],
+            "--batch-size 2 conflicts with --dim N=3",
+        ),
+        (
+            ["--train", "--lr", "-1", "--batch-size", "2"],
+            "--lr (TrainConfig.lr) must be a finite float32 >= 0, got -1",
+        ),
+        (["--dump-ir", ""], "--dump-ir needs a folder name"),
+        (
+            ["--train", "--loss", "mse", "--batch-size", "2", "--freeze", ""],
+            "--freeze: empty initializer name",
+        ),
+        (
+            ["--train", "--loss", "mse", "--batch-size", "2", "--freeze", "w,"],
+            "--freeze: empty initializer name",
+        ),
+    ],
+)
 def test_bad_options_are_named(ddpc, tmp_path, args, needle):
     model = relu_model(tmp_path / "m.onnx", dims=("N", 3))
     proc = compile_model(ddpc, model, tmp_path / "prog", *args)
@@ -214,9 +306,13 @@ def test_batch_size_on_fixed_shapes_is_refused(ddpc, tmp_path, train):
     ran batch 4 when 2 was asked for); the same value is harmless."""
     model = relu_model(tmp_path / "m.onnx", dims=(4, 3))
     proc = compile_model(ddpc, model, tmp_path / "prog", "--batch-size", "2", *train)
-    assert_clean_failure(proc, tmp_path / "prog", 1,
-                         "--batch-size 2 cannot apply: the leading dimension of every graph "
-                         "input is fixed ('x' has 4)")
+    assert_clean_failure(
+        proc,
+        tmp_path / "prog",
+        1,
+        "--batch-size 2 cannot apply: the leading dimension of every graph "
+        "input is fixed ('x' has 4)",
+    )
     proc = compile_model(ddpc, model, tmp_path / "prog", "--batch-size", "4")
     assert proc.returncode == 0, proc.stderr
 
@@ -224,20 +320,40 @@ def test_batch_size_on_fixed_shapes_is_refused(ddpc, tmp_path, train):
 def test_batch_size_binds_the_name_everywhere(ddpc, tmp_path):
     """--batch-size binds the leading dimension's name, so the same name in
     another position of another input gets the same value (numpy oracle)."""
-    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
-                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 3]),
-                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, "N"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "N"])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
-    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--batch-size", "2")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, "N"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "N"])],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "m.onnx",
+    )
+    proc = compile_model(
+        ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--batch-size", "2"
+    )
     assert proc.returncode == 0, proc.stderr
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.arange(6, dtype=np.float32).reshape(3, 2)
     np.save(tmp_path / "a.npy", a)
     np.save(tmp_path / "b.npy", b)
-    run = subprocess.run([str(tmp_path / "prog"), "--input", f"a={tmp_path / 'a.npy'}",
-                          "--input", f"b={tmp_path / 'b.npy'}", "--output-dir",
-                          str(tmp_path / "out")], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            str(tmp_path / "prog"),
+            "--input",
+            f"a={tmp_path / 'a.npy'}",
+            "--input",
+            f"b={tmp_path / 'b.npy'}",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), a @ b)
 
@@ -245,7 +361,10 @@ def test_batch_size_binds_the_name_everywhere(ddpc, tmp_path):
 def test_output_path_is_a_folder(ddpc, tmp_path):
     model = relu_model(tmp_path / "m.onnx")
     proc = compile_model(ddpc, model, tmp_path)
-    assert proc.returncode == 1 and "is a folder; give the output a file name" in proc.stderr
+    assert (
+        proc.returncode == 1
+        and "is a folder; give the output a file name" in proc.stderr
+    )
     (tmp_path / "file").write_text("x")
     proc = compile_model(ddpc, model, tmp_path / "file" / "prog")
     assert proc.returncode == 1 and "file' is not a folder" in proc.stderr
@@ -256,19 +375,28 @@ def test_newer_opset_than_onnx_knows_exit_2(ddpc, tmp_path):
     (ONNX 1.22: 27), instead of importing with guessed semantics."""
     model = relu_model(tmp_path / "m.onnx", opset=99)
     proc = compile_model(ddpc, model, tmp_path / "prog", "--no-onnx-checker")
-    assert_clean_failure(proc, tmp_path / "prog", 2, "opset 99 is newer than the newest")
-    ok = compile_model(ddpc, relu_model(tmp_path / "m27.onnx", opset=27), tmp_path / "p27")
+    assert_clean_failure(
+        proc, tmp_path / "prog", 2, "opset 99 is newer than the newest"
+    )
+    ok = compile_model(
+        ddpc, relu_model(tmp_path / "m27.onnx", opset=27), tmp_path / "p27"
+    )
     assert ok.returncode == 0, ok.stderr
 
 
 def test_output_listed_twice(ddpc, tmp_path):
     """An output name listed twice compiled, and the program then refused to
     write its second copy; it is now a compile error naming the output."""
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])] * 2)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
-              tmp_path / "m.onnx")
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])] * 2,
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "m.onnx",
+    )
     proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
     assert_clean_failure(proc, tmp_path / "prog", 1, "graph output 'y' is listed twice")
 
@@ -289,8 +417,17 @@ def test_executable_through_dangling_symlink_runs(ddpc, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert os.access(tmp_path / "b" / "prog", os.X_OK)
     np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
-    run = subprocess.run([str(tmp_path / "link"), "--input", f"x={tmp_path / 'x.npy'}",
-                          "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            str(tmp_path / "link"),
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
 
 
@@ -298,6 +435,7 @@ def test_fifo_reader_that_stops_early(ddpc, tmp_path):
     """A reader that closes the pipe early is a write error (exit 1, named),
     not death by SIGPIPE, and leaves no temporary behind."""
     import threading
+
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
 
@@ -311,14 +449,24 @@ def test_fifo_reader_that_stops_early(ddpc, tmp_path):
     tmpdir.mkdir()
     # A 256x256 weight: about 0.5 MB of IR, far more than a pipe buffers.
     w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])],
-                          [numpy_helper.from_array(w, "w")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "big.onnx")
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "big.onnx"), "-o", str(fifo), "--emit=mlir"],
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, TMPDIR=str(tmpdir)))
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "big.onnx",
+    )
+    proc = subprocess.run(
+        [ddpc, "compile", str(tmp_path / "big.onnx"), "-o", str(fifo), "--emit=mlir"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TMPDIR=str(tmpdir)),
+    )
     reader.join(timeout=60)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
     assert "Broken pipe" in proc.stderr and "pipe" in proc.stderr
@@ -330,35 +478,65 @@ def assert_outputs_on_both_targets(ddpc, tmp_path, names, want, tol):
     each on tmp_path/x.npy (input 'x'), and compares outputs `names` with
     `want` (the oracle's, in order) within `tol` (0: bitwise)."""
     for target in ("cpu", "cuda-emulate"):
-        proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target)
+        proc = compile_model(
+            ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target
+        )
         assert proc.returncode == 0, proc.stderr
-        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
-                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                str(tmp_path / "prog"),
+                "--input",
+                f"x={tmp_path / 'x.npy'}",
+                "--output-dir",
+                str(tmp_path / target),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert run.returncode == 0, run.stderr
         for name, ref in zip(names, want):
-            np.testing.assert_allclose(np.load(tmp_path / target / f"{name}.npy"), ref,
-                                       rtol=tol, atol=tol, err_msg=f"{target} {name}")
+            np.testing.assert_allclose(
+                np.load(tmp_path / target / f"{name}.npy"),
+                ref,
+                rtol=tol,
+                atol=tol,
+                err_msg=f"{target} {name}",
+            )
 
 
 def test_one_tensor_as_several_outputs(ddpc, tmp_path):
     """Relu -> r, Identity(r) -> r2, Identity(r) -> r3: one tensor under
     three output names (compiling crashed in buffer-results-to-out-params)."""
     import onnxruntime as ort
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
-                           helper.make_node("Identity", ["r"], ["r2"]),
-                           helper.make_node("Identity", ["r"], ["r3"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
-                           for n in ("r", "r2", "r3")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Identity", ["r"], ["r2"]),
+            helper.make_node("Identity", ["r"], ["r3"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+            for n in ("r", "r2", "r3")
+        ],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+        tmp_path / "m.onnx",
+    )
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     np.save(tmp_path / "x.npy", x)
-    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
+    want = ort.InferenceSession(
+        str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
     assert_outputs_on_both_targets(ddpc, tmp_path, ("r", "r2", "r3"), want, 0)
 
 
-@pytest.mark.parametrize("outs", [("y", "s", "t"), ("y", "t"), ("t", "y"), ("s", "t", "y")])
+@pytest.mark.parametrize(
+    "outs", [("y", "s", "t"), ("y", "t"), ("t", "y"), ("s", "t", "y")]
+)
 @pytest.mark.parametrize("ops", [("Neg", "Neg", "Add"), ("Exp", "Tanh", "Mul")])
 def test_chain_of_intermediate_outputs(ddpc, tmp_path, ops, outs):
     """s = f(x), t = g(s), y = s (op) t, with s and t graph outputs too: the
@@ -367,18 +545,27 @@ def test_chain_of_intermediate_outputs(ddpc, tmp_path, ops, outs):
     op's own result (a cycle: heap corruption at compile time). onnxruntime
     oracle, CPU and cuda-emulate."""
     import onnxruntime as ort
+
     f, g, op = ops
     graph = helper.make_graph(
-        [helper.make_node(f, ["x"], ["s"]), helper.make_node(g, ["s"], ["t"]),
-         helper.make_node(op, ["s", "t"], ["y"])], "g",
+        [
+            helper.make_node(f, ["x"], ["s"]),
+            helper.make_node(g, ["s"], ["t"]),
+            helper.make_node(op, ["s", "t"], ["y"]),
+        ],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in outs])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              tmp_path / "m.onnx")
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in outs],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        tmp_path / "m.onnx",
+    )
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
+    want = ort.InferenceSession(
+        str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
     assert_outputs_on_both_targets(ddpc, tmp_path, outs, want, 1e-6)
 
 
@@ -386,36 +573,79 @@ def test_clip_without_bounds_maps_infinities_to_the_largest_float(ddpc, tmp_path
     """ONNX Clip-11+: a missing min/max is the type's lowest/largest value,
     so +-inf become +-FLT_MAX (onnxruntime oracle); they stayed infinite."""
     import onnxruntime as ort
-    g = helper.make_graph([helper.make_node("Clip", ["x", "lo"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-                          [numpy_helper.from_array(np.array(-1e38, np.float32), "lo")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+
+    g = helper.make_graph(
+        [helper.make_node("Clip", ["x", "lo"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(-1e38, np.float32), "lo")],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "m.onnx",
+    )
     x = np.array([np.inf, -np.inf, np.nan, 3.0], np.float32)
     np.save(tmp_path / "x.npy", x)
-    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
+    (want,) = ort.InferenceSession(
+        str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
     assert want[0] == np.finfo(np.float32).max
     for target in ("cpu", "cuda-emulate"):
-        assert compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target).returncode == 0
-        run = subprocess.run([str(tmp_path / "prog"), "--input", f"x={tmp_path / 'x.npy'}",
-                              "--output-dir", str(tmp_path / target)], capture_output=True, text=True)
+        assert (
+            compile_model(
+                ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--target", target
+            ).returncode
+            == 0
+        )
+        run = subprocess.run(
+            [
+                str(tmp_path / "prog"),
+                "--input",
+                f"x={tmp_path / 'x.npy'}",
+                "--output-dir",
+                str(tmp_path / target),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert run.returncode == 0, run.stderr
         np.testing.assert_array_equal(np.load(tmp_path / target / "y.npy"), want)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--lr", "1e39"], "--lr (TrainConfig.lr) must be a finite float32 >= 0"),
-    (["--momentum", "-1"], "--momentum (TrainConfig.momentum) must be a finite number >= 0"),
-    (["--weight-decay", "nan"], "--weight-decay (TrainConfig.weight_decay)"),
-    (["--dampening", "inf"], "--dampening (TrainConfig.dampening) must be a finite number"),
-    (["--optimizer", "adamw", "--betas", "1.5,0.9"], "--betas (TrainConfig.betas) must be in [0, 1)"),
-    (["--optimizer", "adamw", "--eps", "nan"], "--eps (TrainConfig.eps)"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--lr", "1e39"], "--lr (TrainConfig.lr) must be a finite float32 >= 0"),
+        (
+            ["--momentum", "-1"],
+            "--momentum (TrainConfig.momentum) must be a finite number >= 0",
+        ),
+        (["--weight-decay", "nan"], "--weight-decay (TrainConfig.weight_decay)"),
+        (
+            ["--dampening", "inf"],
+            "--dampening (TrainConfig.dampening) must be a finite number",
+        ),
+        (
+            ["--optimizer", "adamw", "--betas", "1.5,0.9"],
+            "--betas (TrainConfig.betas) must be in [0, 1)",
+        ),
+        (["--optimizer", "adamw", "--eps", "nan"], "--eps (TrainConfig.eps)"),
+    ],
+)
 def test_bad_optimizer_settings_are_named(ddpc, tmp_path, args, needle):
     model = relu_model(tmp_path / "m.onnx", dims=("N", 3))
-    proc = compile_model(ddpc, model, tmp_path / "prog", "--train", "--loss", "mse",
-                         "--batch-size", "2", *args)
+    proc = compile_model(
+        ddpc,
+        model,
+        tmp_path / "prog",
+        "--train",
+        "--loss",
+        "mse",
+        "--batch-size",
+        "2",
+        *args,
+    )
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
 
 
@@ -425,14 +655,18 @@ def test_killed_while_waiting_for_fifo_reader_leaves_no_temporary(ddpc, tmp_path
     (it used to: the temporary was removed only after the copy)."""
     import signal
     import time
+
     model = relu_model(tmp_path / "m.onnx")
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    proc = subprocess.Popen([ddpc, "compile", str(model), "-o", str(fifo), "--emit=mlir"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, TMPDIR=str(tmpdir)))
+    proc = subprocess.Popen(
+        [ddpc, "compile", str(model), "-o", str(fifo), "--emit=mlir"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, TMPDIR=str(tmpdir)),
+    )
     # Wait until it blocks in open() (Linux's wait_for_partner), or give it
     # ample time to get there: compiling this model takes well under 1 s.
     deadline = time.time() + 15
@@ -454,29 +688,48 @@ def test_hardsigmoid_keeps_nan(ddpc, tmp_path):
     """HardSigmoid clamps with NaN-propagating max/min, as onnxruntime does
     (it mapped NaN to 0)."""
     import onnxruntime as ort
-    g = helper.make_graph([helper.make_node("HardSigmoid", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+
+    g = helper.make_graph(
+        [helper.make_node("HardSigmoid", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+        tmp_path / "m.onnx",
+    )
     x = np.array([[np.nan, -10, -1], [0, 1, np.inf]], np.float32)
     np.save(tmp_path / "x.npy", x)
-    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
+    want = ort.InferenceSession(
+        str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
     assert np.isnan(want[0][0, 0])
     assert_outputs_on_both_targets(ddpc, tmp_path, ("y",), want, 0)
 
 
-@pytest.mark.parametrize("dtype,name", [(TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"),
-                                        (TensorProto.INT4, "INT4")])
+@pytest.mark.parametrize(
+    "dtype,name",
+    [(TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"), (TensorProto.INT4, "INT4")],
+)
 def test_newer_dtype_is_named(ddpc, tmp_path, dtype, name):
     """A dtype newer than the ONNX 1.12 library (8- and 4-bit types) is
     refused by its ONNX name; it read "has dtype unsupported dtype"."""
     w = helper.make_tensor("w", dtype, [4], [0, 1, 2, 3])
-    g = helper.make_graph([helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
-                           helper.make_node("Add", ["x", "wf"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "m.onnx")
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["x", "wf"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [w],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]),
+        tmp_path / "m.onnx",
+    )
     proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog")
     assert_clean_failure(proc, tmp_path / "prog", 2, f"has dtype {name}")
 
@@ -486,37 +739,65 @@ ARITY_AND_TYPES = {
     # never a crash in an importer that reads its inputs by position (the
     # fuzzer's InstanceNormalization with one input) or an IR verifier error
     # (a Clip bound of another dtype, a float Where condition).
-    "too-few-inputs": (helper.make_node("InstanceNormalization", ["x"], ["y"], name="n"), [],
-                       "has 1 input(s); InstanceNormalization (opset 6) takes 3"),
-    "too-many-inputs": (helper.make_node("Relu", ["x", "x"], ["y"], name="n"), [],
-                        "has 2 input(s); Relu (opset 14) takes 1"),
-    "empty-required-input": (helper.make_node("Add", ["x", ""], ["y"], name="n"), [],
-                             "required input #1 ('B') is empty"),
-    "clip-bound-dtype": (helper.make_node("Clip", ["x", "lo"], ["y"], name="n"),
-                         [numpy_helper.from_array(np.array(1, np.int16), "lo")],
-                         "inputs #0 ('x', float32) and #1 ('lo', int16) must have the same "
-                         "element type (T)"),
-    "where-float-condition": (helper.make_node("Where", ["x", "x", "x"], ["y"], name="n"), [],
-                              "input #0 ('x') has type tensor(float), which Where (opset 9) "
-                              "does not take there"),
+    "too-few-inputs": (
+        helper.make_node("InstanceNormalization", ["x"], ["y"], name="n"),
+        [],
+        "has 1 input(s); InstanceNormalization (opset 6) takes 3",
+    ),
+    "too-many-inputs": (
+        helper.make_node("Relu", ["x", "x"], ["y"], name="n"),
+        [],
+        "has 2 input(s); Relu (opset 14) takes 1",
+    ),
+    "empty-required-input": (
+        helper.make_node("Add", ["x", ""], ["y"], name="n"),
+        [],
+        "required input #1 ('B') is empty",
+    ),
+    "clip-bound-dtype": (
+        helper.make_node("Clip", ["x", "lo"], ["y"], name="n"),
+        [numpy_helper.from_array(np.array(1, np.int16), "lo")],
+        "inputs #0 ('x', float32) and #1 ('lo', int16) must have the same "
+        "element type (T)",
+    ),
+    "where-float-condition": (
+        helper.make_node("Where", ["x", "x", "x"], ["y"], name="n"),
+        [],
+        "input #0 ('x') has type tensor(float), which Where (opset 9) "
+        "does not take there",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(ARITY_AND_TYPES))
 def test_inputs_the_schema_refuses_are_one_line(ddpc, tmp_path, case):
     node, inits, needle = ARITY_AND_TYPES[case]
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
-              tmp_path / "m.onnx")
-    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        inits,
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
+        tmp_path / "m.onnx",
+    )
+    proc = compile_model(
+        ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker"
+    )
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
     assert "(node 'n'" in proc.stderr
 
 
 def shape_model(nodes, inputs, inits=()):
-    g = helper.make_graph(nodes, "g", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(inits))
+    g = helper.make_graph(
+        nodes,
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        list(inits),
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -532,25 +813,39 @@ BAD_SHAPES = {
     # 6148914691236517206 * 3 wraps to 2 in int64: the reshape passed its
     # element-count check and a later Gather read past the 2-element buffer.
     "reshape-overflow": (
-        [helper.make_node("Reshape", ["x", "s"], ["r"]),
-         helper.make_node("Gather", ["r", "i"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
-         helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+        [
+            helper.make_node("Reshape", ["x", "s"], ["r"]),
+            helper.make_node("Gather", ["r", "i"], ["y"]),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [1]),
+        ],
         [numpy_helper.from_array(np.array([6148914691236517206, 3], np.int64), "s")],
-        "has more elements than int64 can count"),
+        "has more elements than int64 can count",
+    ),
     "initializer-overflow": (  # aborted the compiler (SmallVector unable to grow)
         [helper.make_node("Gather", ["w", "i"], ["y"])],
         [helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
-        [overflow_initializer()], "more than 2^40 elements"),
+        [overflow_initializer()],
+        "more than 2^40 elements",
+    ),
     "negative-pads": (  # an internal error in bufferization
-        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[-1, -1, -1, -1])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])], [],
-        "pads [-1,-1,-1,-1] has a negative entry"),
+        [
+            helper.make_node(
+                "MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[-1, -1, -1, -1]
+            )
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [],
+        "pads [-1,-1,-1,-1] has a negative entry",
+    ),
     "expand-negative": (  # an IR verifier failure
         [helper.make_node("Expand", ["x", "s"], ["y"])],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
         [numpy_helper.from_array(np.array([-3], np.int64), "s")],
-        "shape [-3] has a negative dimension"),
+        "shape [-3] has a negative dimension",
+    ),
 }
 
 
@@ -558,7 +853,9 @@ BAD_SHAPES = {
 def test_malformed_shapes_are_one_line(ddpc, tmp_path, case):
     nodes, inputs, inits, needle = BAD_SHAPES[case]
     onnx.save(shape_model(nodes, inputs, inits), tmp_path / "m.onnx")
-    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    proc = compile_model(
+        ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker"
+    )
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
 
 
@@ -567,8 +864,11 @@ def test_names_that_are_not_utf8_give_printable_errors(tmp_path):
     them with \\xNN escapes (Python raised UnicodeDecodeError instead of
     CompileError)."""
     import ddpc as ddpc_py
-    m = shape_model([helper.make_node("Relu", ["x"], ["y"])],
-                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])])
+
+    m = shape_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+    )
     raw = m.SerializeToString().replace(b"Relu", b"\x8fdd\xff")
     with pytest.raises(ddpc_py.CompileError, match=r"unsupported op '\\x8fdd\\xff'"):
         ddpc_py.compile(raw, onnx_checker=False)
@@ -577,18 +877,24 @@ def test_names_that_are_not_utf8_give_printable_errors(tmp_path):
 SSA = {
     # Graphs are in SSA form; these were accepted, the later definition
     # silently winning.
-    "two-nodes-one-output": ([helper.make_node("Relu", ["x"], ["y"]),
-                              helper.make_node("Neg", ["x"], ["y"])],
-                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                             "output 'y' is already defined"),
-    "output-shadows-input": ([helper.make_node("Relu", ["x"], ["x"]),
-                              helper.make_node("Neg", ["x"], ["y"])],
-                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                             "output 'x' is already defined"),
-    "input-listed-twice": ([helper.make_node("Relu", ["x"], ["y"])],
-                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
-                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                           "graph input 'x' is listed twice"),
+    "two-nodes-one-output": (
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        "output 'y' is already defined",
+    ),
+    "output-shadows-input": (
+        [helper.make_node("Relu", ["x"], ["x"]), helper.make_node("Neg", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        "output 'x' is already defined",
+    ),
+    "input-listed-twice": (
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+        ],
+        "graph input 'x' is listed twice",
+    ),
 }
 
 
@@ -596,7 +902,9 @@ SSA = {
 def test_names_defined_twice_are_refused(ddpc, tmp_path, case):
     nodes, inputs, needle = SSA[case]
     onnx.save(shape_model(nodes, inputs), tmp_path / "m.onnx")
-    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    proc = compile_model(
+        ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker"
+    )
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
 
 
@@ -608,48 +916,91 @@ ONE_ELEMENT = {
     "clip-min-vector": (
         [helper.make_node("Clip", ["x", "lo"], ["y"], name="n")],
         [numpy_helper.from_array(np.zeros(3, np.float32), "lo")],
-        "min must be a scalar (one element)"),
+        "min must be a scalar (one element)",
+    ),
     "clip-max-vector": (
         [helper.make_node("Clip", ["x", "", "hi"], ["y"], name="n")],
         [numpy_helper.from_array(np.ones((2, 3), np.float32), "hi")],
-        "max must be a scalar (one element)"),
+        "max must be a scalar (one element)",
+    ),
     "constant-two-values": (
-        [helper.make_node("Constant", [], ["c"], name="n", value_float=1.0, value_floats=[1.0, 2.0]),
-         helper.make_node("Add", ["x", "c"], ["y"])], [],
-        "needs exactly one value attribute, has 2"),
+        [
+            helper.make_node(
+                "Constant",
+                [],
+                ["c"],
+                name="n",
+                value_float=1.0,
+                value_floats=[1.0, 2.0],
+            ),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        [],
+        "needs exactly one value attribute, has 2",
+    ),
     "constant-no-value": (
-        [helper.make_node("Constant", [], ["c"], name="n"),
-         helper.make_node("Add", ["x", "c"], ["y"])], [],
-        "needs exactly one value attribute, has 0"),
+        [
+            helper.make_node("Constant", [], ["c"], name="n"),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        [],
+        "needs exactly one value attribute, has 0",
+    ),
     "constant-of-shape-two-values": (
-        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="n",
-                          value=numpy_helper.from_array(np.array([1, 2], np.float32))),
-         helper.make_node("Add", ["x", "c"], ["y"])],
+        [
+            helper.make_node(
+                "ConstantOfShape",
+                ["s"],
+                ["c"],
+                name="n",
+                value=numpy_helper.from_array(np.array([1, 2], np.float32)),
+            ),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
         [numpy_helper.from_array(np.array([2, 3], np.int64), "s")],
-        "value must have one element, has 2"),
+        "value must have one element, has 2",
+    ),
     "constant-of-shape-empty-value": (
-        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="n",
-                          value=numpy_helper.from_array(np.zeros(0, np.float32))),
-         helper.make_node("Add", ["x", "c"], ["y"])],
+        [
+            helper.make_node(
+                "ConstantOfShape",
+                ["s"],
+                ["c"],
+                name="n",
+                value=numpy_helper.from_array(np.zeros(0, np.float32)),
+            ),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
         [numpy_helper.from_array(np.array([2, 3], np.int64), "s")],
-        "value must have one element, has 0"),
+        "value must have one element, has 0",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(ONE_ELEMENT))
 def test_one_element_values_are_checked(ddpc, tmp_path, case):
     import onnxruntime as ort
+
     nodes, inits, needle = ONE_ELEMENT[case]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        inits,
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, tmp_path / "m.onnx")
     # The oracle: the onnx checker or onnxruntime refuses the model
     # (onnxruntime takes the first of two Constant values; the checker not).
     with pytest.raises(Exception):
         onnx.checker.check_model(model, full_check=True)
-        sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(
+            str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]
+        )
         sess.run(None, {"x": np.ones((2, 3), np.float32)})
-    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker")
+    proc = compile_model(
+        ddpc, tmp_path / "m.onnx", tmp_path / "prog", "--no-onnx-checker"
+    )
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
     assert "(node 'n'" in proc.stderr

@@ -13,6 +13,7 @@ rewrites and the GEMM mapping; the remaining steps to PTX are upstream
 Oracles: onnxruntime (inference), the numpy re-implementation of training
 in ddpc_testing.py, and the data-parallel invariant.
 """
+
 import json
 import subprocess
 
@@ -20,49 +21,85 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ddpc_testing import (EXAMPLES, MPIRUN, OPTIMIZERS, ROOT, assert_close_weights,
-                          compile_train, data, mlp_model, numpy_train, run_ddpc, run_train,
-                          weights)
+from ddpc_testing import (
+    EXAMPLES,
+    MPIRUN,
+    OPTIMIZERS,
+    ROOT,
+    assert_close_weights,
+    compile_train,
+    data,
+    mlp_model,
+    numpy_train,
+    run_ddpc,
+    run_train,
+    weights,
+)
 
 EMULATE = ["--target", "cuda-emulate"]
 
 
-@pytest.mark.parametrize("model,shape", [("lenet", (4, 1, 28, 28)),
-                                         ("resnet_mini", (3, 3, 32, 32))])
+@pytest.mark.parametrize(
+    "model,shape", [("lenet", (4, 1, 28, 28)), ("resnet_mini", (3, 3, 32, 32))]
+)
 def test_cnn_inference_matches_onnxruntime(ddpc, tmp_path, model, shape):
     path = EXAMPLES / f"{model}.onnx"
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
-    run_ddpc(ddpc, path, {"input": x}, tmp_path, "--batch-size", str(shape[0]), *EMULATE)
+    run_ddpc(
+        ddpc, path, {"input": x}, tmp_path, "--batch-size", str(shape[0]), *EMULATE
+    )
     got = np.load(tmp_path / "out" / "logits.npy")
     (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"input": x})
+        None, {"input": x}
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("epilogue", ["1", "0"])
-def test_gemm_epilogues_and_fallback_match_onnxruntime(ddpc, tmp_path, monkeypatch, epilogue):
+def test_gemm_epilogues_and_fallback_match_onnxruntime(
+    ddpc, tmp_path, monkeypatch, epilogue
+):
     """The digits MLP's layers (Gemm + Relu, then Gemm) become GEMMs with a
     bias+ReLU and a bias epilogue (ddpc-gemm-epilogues; cuBLASLt on the GPU,
     Gemm.h's reference here). With DDPC_GEMM_EPILOGUE=0 the runtime declines
     and the compiled fallback (GEMM call, then the generated kernel) runs.
     Both paths match onnxruntime."""
     path = ROOT / "examples/digits/digits_mlp.onnx"
-    ir = subprocess.run([ddpc, "compile", str(path), "--batch-size", "8", *EMULATE,
-                         "--emit=lowered-mlir", "-o", "-"],
-                        capture_output=True, text=True, check=True).stdout
+    ir = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(path),
+            "--batch-size",
+            "8",
+            *EMULATE,
+            "--emit=lowered-mlir",
+            "-o",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert ir.count("llvm.call @ddpc_gemm_bias_act_f32(") == 2
     monkeypatch.setenv("DDPC_GEMM_EPILOGUE", epilogue)
     x = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
     run_ddpc(ddpc, path, {"input": x}, tmp_path, "--batch-size", "8", *EMULATE)
     got = np.load(tmp_path / "out" / "logits.npy")
     (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"input": x})
+        None, {"input": x}
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("env", [{}, {"DDPC_CONV_EPILOGUE": "0"}, {"DDPC_CUDNN": "0"}],
-                         ids=["fused", "conv-then-kernel", "im2col-gemm"])
-def test_conv_epilogues_and_fallbacks_match_onnxruntime(ddpc, tmp_path, monkeypatch, env):
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"DDPC_CONV_EPILOGUE": "0"}, {"DDPC_CUDNN": "0"}],
+    ids=["fused", "conv-then-kernel", "im2col-gemm"],
+)
+def test_conv_epilogues_and_fallbacks_match_onnxruntime(
+    ddpc, tmp_path, monkeypatch, env
+):
     """LeNet's two Conv (bias) + Relu layers become fused convolution +
     bias + ReLU calls (ddpc-conv-epilogues; cudnnConvolutionBiasActivation-
     Forward on the GPU, Gemm.h's reference here). With DDPC_CONV_EPILOGUE=0
@@ -70,9 +107,22 @@ def test_conv_epilogues_and_fallbacks_match_onnxruntime(ddpc, tmp_path, monkeypa
     kernel run; with DDPC_CUDNN=0 the im2col + GEMM fallback inside that.
     All three paths match onnxruntime."""
     path = EXAMPLES / "lenet.onnx"
-    rep = subprocess.run([ddpc, "compile", str(path), "--batch-size", "4", *EMULATE,
-                          "--report=json", "-o", str(tmp_path / "p")],
-                         capture_output=True, text=True, check=True)
+    rep = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(path),
+            "--batch-size",
+            "4",
+            *EMULATE,
+            "--report=json",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (fn,) = json.loads(rep.stdout)["cuda"]["functions"]
     assert fn["cudnn_convolutions"] == 2 and fn["cudnn_epilogue_convolutions"] == 2
     for k, v in env.items():
@@ -82,7 +132,8 @@ def test_conv_epilogues_and_fallbacks_match_onnxruntime(ddpc, tmp_path, monkeypa
     run_ddpc(ddpc, path, {"input": x}, tmp_path, "--batch-size", "4", *EMULATE)
     got = np.load(tmp_path / "out" / "logits.npy")
     (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"input": x})
+        None, {"input": x}
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -91,30 +142,45 @@ def _layer_with_output_model(kind):
     Add(y1, b) -> Relu -> y2 ("matmul"); Conv (no bias) -> y1, Add(y1, b[C,1,1])
     -> Relu -> y2 ("conv"); Conv with bias -> y1, Relu -> y2 ("conv-bias")."""
     from onnx import TensorProto, helper, numpy_helper
+
     rng = np.random.default_rng(6)
     if kind == "matmul":
         x_shape, w, b = [4, 8], rng.standard_normal((8, 6)), rng.standard_normal(6)
-        nodes = [helper.make_node("MatMul", ["x", "w"], ["y1"]),
-                 helper.make_node("Add", ["y1", "b"], ["s"]),
-                 helper.make_node("Relu", ["s"], ["y2"])]
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["y1"]),
+            helper.make_node("Add", ["y1", "b"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y2"]),
+        ]
         y_shape = [4, 6]
     else:
         x_shape, w = [2, 2, 5, 5], rng.standard_normal((3, 2, 3, 3))
         y_shape = [2, 3, 5, 5]
         if kind == "conv":
             b = rng.standard_normal((3, 1, 1))
-            nodes = [helper.make_node("Conv", ["x", "w"], ["y1"], pads=[1, 1, 1, 1]),
-                     helper.make_node("Add", ["y1", "b"], ["s"]),
-                     helper.make_node("Relu", ["s"], ["y2"])]
+            nodes = [
+                helper.make_node("Conv", ["x", "w"], ["y1"], pads=[1, 1, 1, 1]),
+                helper.make_node("Add", ["y1", "b"], ["s"]),
+                helper.make_node("Relu", ["s"], ["y2"]),
+            ]
         else:
             b = rng.standard_normal(3)
-            nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y1"], pads=[1, 1, 1, 1]),
-                     helper.make_node("Relu", ["y1"], ["y2"])]
+            nodes = [
+                helper.make_node("Conv", ["x", "w", "b"], ["y1"], pads=[1, 1, 1, 1]),
+                helper.make_node("Relu", ["y1"], ["y2"]),
+            ]
     g = helper.make_graph(
-        nodes, kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, y_shape) for n in ("y1", "y2")],
-        [numpy_helper.from_array(w.astype(np.float32), "w"),
-         numpy_helper.from_array(b.astype(np.float32), "b")])
+        nodes,
+        kind,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, y_shape)
+            for n in ("y1", "y2")
+        ],
+        [
+            numpy_helper.from_array(w.astype(np.float32), "w"),
+            numpy_helper.from_array(b.astype(np.float32), "b"),
+        ],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x_shape
 
 
@@ -125,16 +191,23 @@ def test_library_epilogues_keep_outputs_the_caller_reads(ddpc, tmp_path, kind):
     epilogue may replace the pair. The MatMul case once got a cuBLASLt
     epilogue and left y1 unwritten."""
     import onnx
+
     model, x_shape = _layer_with_output_model(kind)
     path = tmp_path / f"{kind}.onnx"
     onnx.save(model, path)
     x = np.random.default_rng(7).standard_normal(x_shape).astype(np.float32)
     run_ddpc(ddpc, path, {"x": x}, tmp_path, *EMULATE)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
+        None, {"x": x}
+    )
     for name, ref in zip(("y1", "y2"), want):
-        np.testing.assert_allclose(np.load(tmp_path / "out" / f"{name}.npy"), ref,
-                                   rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            np.load(tmp_path / "out" / f"{name}.npy"),
+            ref,
+            rtol=1e-5,
+            atol=1e-5,
+            err_msg=name,
+        )
 
 
 def _batch_one_bias_model(kind):
@@ -143,6 +216,7 @@ def _batch_one_bias_model(kind):
     At batch 1 the bias is read as (n, c, 0, 0) and (m, n): along the
     channel (column) loop, since n (m) only takes the index 0."""
     from onnx import TensorProto, helper, numpy_helper
+
     rng = np.random.default_rng(8)
     if kind == "conv":
         x_shape, y_shape = [1, 3, 6, 6], [1, 4, 6, 6]
@@ -153,27 +227,53 @@ def _batch_one_bias_model(kind):
         w, b = rng.standard_normal((8, 5)), rng.standard_normal((1, 5))
         first = helper.make_node("MatMul", ["x", "w"], ["c"])
     g = helper.make_graph(
-        [first, helper.make_node("Add", ["c", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
-        kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [
+            first,
+            helper.make_node("Add", ["c", "b"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        kind,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
-        [numpy_helper.from_array(w.astype(np.float32), "w"),
-         numpy_helper.from_array(b.astype(np.float32), "b")])
+        [
+            numpy_helper.from_array(w.astype(np.float32), "w"),
+            numpy_helper.from_array(b.astype(np.float32), "b"),
+        ],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x_shape
 
 
-@pytest.mark.parametrize("env", [{}, {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}],
-                         ids=["fused", "declined"])
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}],
+    ids=["fused", "declined"],
+)
 @pytest.mark.parametrize("kind", ["conv", "matmul"])
-def test_batch_one_broadcast_bias_gets_the_epilogue(ddpc, tmp_path, monkeypatch, kind, env):
+def test_batch_one_broadcast_bias_gets_the_epilogue(
+    ddpc, tmp_path, monkeypatch, kind, env
+):
     """A [1,C,1,1] (or [1,N]) bias at batch 1 is a per-channel bias: the
     library epilogue applies (it used to be missed), and its result and the
     declined path's match onnxruntime."""
     import onnx
+
     model, x_shape = _batch_one_bias_model(kind)
     path = tmp_path / f"{kind}.onnx"
     onnx.save(model, path)
-    rep = subprocess.run([ddpc, "compile", str(path), *EMULATE, "--report=json",
-                          "-o", str(tmp_path / "p")], capture_output=True, text=True, check=True)
+    rep = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(path),
+            *EMULATE,
+            "--report=json",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (fn,) = json.loads(rep.stdout)["cuda"]["functions"]
     key = "cudnn_epilogue_convolutions" if kind == "conv" else "cublaslt_epilogue_gemms"
     assert fn[key] == 1, fn
@@ -182,16 +282,33 @@ def test_batch_one_broadcast_bias_gets_the_epilogue(ddpc, tmp_path, monkeypatch,
     x = np.random.default_rng(9).standard_normal(x_shape).astype(np.float32)
     run_ddpc(ddpc, path, {"x": x}, tmp_path, *EMULATE)
     (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-5, atol=1e-5)
+        None, {"x": x}
+    )
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_lowered_ir_uses_library_gemm_and_atomics(ddpc):
     """The training step of the CNN goes through both GPU-side rewrites, so
     the tests below exercise them."""
-    ir = subprocess.run([ddpc, "compile", str(ROOT / "examples/fashion_mnist/fmnist_cnn.onnx"),
-                         "--train", "--batch-size", "4", *EMULATE, "--emit=lowered-mlir", "-o", "-"],
-                        capture_output=True, text=True, check=True).stdout
+    ir = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(ROOT / "examples/fashion_mnist/fmnist_cnn.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            *EMULATE,
+            "--emit=lowered-mlir",
+            "-o",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert ir.count("llvm.call @ddpc_gemm_f32(") >= 2
     assert "llvm.atomicrmw fadd" in ir
 
@@ -202,11 +319,22 @@ def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations, group=1):
     its transposes. Independent of ddpc's im2col/col2im formulation."""
     if group > 1:
         cg, kg = x.shape[1] // group, w.shape[0] // group
-        parts = [conv_vjp_numpy(x[:, g * cg:(g + 1) * cg], w[g * kg:(g + 1) * kg],
-                                b[g * kg:(g + 1) * kg], dy[:, g * kg:(g + 1) * kg],
-                                strides, pads, dilations) for g in range(group)]
-        return tuple(np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0)
-                     for i in range(4))
+        parts = [
+            conv_vjp_numpy(
+                x[:, g * cg : (g + 1) * cg],
+                w[g * kg : (g + 1) * kg],
+                b[g * kg : (g + 1) * kg],
+                dy[:, g * kg : (g + 1) * kg],
+                strides,
+                pads,
+                dilations,
+            )
+            for g in range(group)
+        ]
+        return tuple(
+            np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0)
+            for i in range(4)
+        )
     x, w, dy = (a.astype(np.float64) for a in (x, w, dy))
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilations, pads
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
@@ -216,24 +344,31 @@ def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations, group=1):
     dxp, dwt = np.zeros_like(xp), np.zeros_like(w)
     for kh in range(kh_n):
         for kw in range(kw_n):
-            win = (slice(None), slice(None), slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh),
-                   slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw))
+            win = (
+                slice(None),
+                slice(None),
+                slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh),
+                slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw),
+            )
             y += np.einsum("nchw,oc->nohw", xp[win], w[:, :, kh, kw])
             dwt[:, :, kh, kw] = np.einsum("nohw,nchw->oc", dy, xp[win])
             dxp[win] += np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
-    dx = dxp[:, :, pt:pt + x.shape[2], pl:pl + x.shape[3]]
+    dx = dxp[:, :, pt : pt + x.shape[2], pl : pl + x.shape[3]]
     return y, dx, dwt, dy.sum(axis=(0, 2, 3))
 
 
 @pytest.mark.parametrize("library", ["1", "0"], ids=["cudnn", "im2col-gemm"])
-@pytest.mark.parametrize("attrs", [
-    dict(),
-    dict(strides=[2, 2], pads=[1, 1, 1, 1]),
-    dict(strides=[1, 2], dilations=[2, 1], pads=[1, 0, 0, 2]),
-    dict(strides=[3, 3], kernel_shape=[2, 2]),  # windows do not overlap
-    dict(group=3, pads=[1, 1, 1, 1]),  # depthwise: 3 groups of one channel
-    dict(group=2, strides=[2, 1]),  # 2 groups of 2 input, 2 output channels
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(),
+        dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+        dict(strides=[1, 2], dilations=[2, 1], pads=[1, 0, 0, 2]),
+        dict(strides=[3, 3], kernel_shape=[2, 2]),  # windows do not overlap
+        dict(group=3, pads=[1, 1, 1, 1]),  # depthwise: 3 groups of one channel
+        dict(group=2, strides=[2, 1]),  # 2 groups of 2 input, 2 output channels
+    ],
+)
 def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     """Forward, input, weight and bias gradients of a float32 Conv through
     ddpc-conv-to-library-call against numpy in float64, both ways the program can
@@ -242,17 +377,22 @@ def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     (forward: im2col + GEMM; weight gradient: im2col + transpose + GEMM;
     input gradient: GEMM + col2im with atomic adds)."""
     monkeypatch.setenv("DDPC_CUDNN", library)
-    ddpc_py = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
+    ddpc_py = pytest.importorskip(
+        "ddpc", reason="build the Python extension (make build)"
+    )
     from onnx import TensorProto, helper
+
     kh, kw = attrs.get("kernel_shape", [3, 2])
     group = attrs.get("group", 1)
     c, oc = {1: (3, 4), 2: (4, 4), 3: (3, 3)}[group]
     shapes = {"x": [2, c, 9, 8], "w": [oc, c // group, kh, kw], "b": [oc]}
     F = TensorProto.FLOAT
     g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], "conv",
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
+        "conv",
         [helper.make_tensor_value_info(n, F, s) for n, s in shapes.items()],
-        [helper.make_tensor_value_info("y", F, None)])
+        [helper.make_tensor_value_info("y", F, None)],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     prog = ddpc_py.compile(m, vjp=True, target="cuda-emulate", onnx_checker=False)
@@ -267,9 +407,16 @@ def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     dy_shape = tuple(next(s.shape for s in prog.inputs if s.name == "d_y"))
     feeds["d_y"] = rng.standard_normal(dy_shape).astype(np.float32)
     got = prog.run(feeds)
-    want = conv_vjp_numpy(feeds["x"], feeds["w"], feeds["b"], feeds["d_y"],
-                          attrs.get("strides", [1, 1]), attrs.get("pads", [0] * 4),
-                          attrs.get("dilations", [1, 1]), group)
+    want = conv_vjp_numpy(
+        feeds["x"],
+        feeds["w"],
+        feeds["b"],
+        feeds["d_y"],
+        attrs.get("strides", [1, 1]),
+        attrs.get("pads", [0] * 4),
+        attrs.get("dilations", [1, 1]),
+        group,
+    )
     for name, ref in zip(["y", "d_x", "d_w", "d_b"], want):
         np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
 
@@ -283,14 +430,19 @@ def test_mlp_training_matches_numpy(ddpc, tmp_path, opt):
     x, y = data(160)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "train", 8, *flags, *EMULATE)
+    prog = compile_train(
+        ddpc, tmp_path / "m.onnx", tmp_path / "train", 8, *flags, *EMULATE
+    )
     run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "out.onnx")
     want = numpy_train(init, x, y, 8, 20, spec)
     assert_close_weights(weights(tmp_path / "out.onnx"), want, rtol=2e-5)
 
 
-@pytest.mark.parametrize("env", [{}, {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}],
-                         ids=["epilogues", "no-epilogues"])
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"DDPC_CONV_EPILOGUE": "0", "DDPC_GEMM_EPILOGUE": "0"}],
+    ids=["epilogues", "no-epilogues"],
+)
 def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
     """10 AdamW steps of the Fashion-MNIST CNN (Conv backward through atomic
     scatter-adds, MaxPool backward, Gemm through the GEMM mapping): losses and
@@ -304,27 +456,68 @@ def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     model = ROOT / "examples/fashion_mnist/fmnist_cnn.onnx"
-    report = json.loads(subprocess.run(
-        [str(ddpc), "compile", str(model), "--train", "--batch-size", "8", *EMULATE,
-         "--emit=obj", "-o", str(tmp_path / "r.o"), "--report=json"],
-        check=True, capture_output=True, text=True).stdout)
+    report = json.loads(
+        subprocess.run(
+            [
+                str(ddpc),
+                "compile",
+                str(model),
+                "--train",
+                "--batch-size",
+                "8",
+                *EMULATE,
+                "--emit=obj",
+                "-o",
+                str(tmp_path / "r.o"),
+                "--report=json",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     micro = next(f for f in report["cuda"]["functions"] if f["name"] == "train_micro")
-    assert micro["cudnn_epilogue_convolutions"] == 2 and micro["cublaslt_epilogue_gemms"] == 1, micro
+    assert (
+        micro["cudnn_epilogue_convolutions"] == 2
+        and micro["cublaslt_epilogue_gemms"] == 1
+    ), micro
     rng = np.random.default_rng(5)
     np.save(tmp_path / "x.npy", rng.random((80, 1, 28, 28), dtype=np.float32))
     np.save(tmp_path / "y.npy", rng.integers(0, 10, 80).astype(np.int64))
     flags = ["--optimizer", "adamw", "--lr", "0.001"]
     cpu = compile_train(ddpc, model, tmp_path / "cpu", 8, *flags)
     emu = compile_train(ddpc, model, tmp_path / "emu", 8, *flags, *EMULATE)
-    run_train(cpu, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "cpu.onnx",
-              "--log-json", "cpu.jsonl")
-    run_train(emu, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "emu.onnx",
-              "--log-json", "emu.jsonl")
+    run_train(
+        cpu,
+        tmp_path,
+        1,
+        "--epochs",
+        "1",
+        "--no-shuffle",
+        "--save",
+        "cpu.onnx",
+        "--log-json",
+        "cpu.jsonl",
+    )
+    run_train(
+        emu,
+        tmp_path,
+        1,
+        "--epochs",
+        "1",
+        "--no-shuffle",
+        "--save",
+        "emu.onnx",
+        "--log-json",
+        "emu.jsonl",
+    )
     loss = lambda f: np.array([json.loads(l)["loss"] for l in open(tmp_path / f)])
     a, b = loss("emu.jsonl"), loss("cpu.jsonl")
     assert len(a) == len(b) == 10
     np.testing.assert_allclose(a, b, rtol=1e-4)
-    assert_close_weights(weights(tmp_path / "emu.onnx"), weights(tmp_path / "cpu.onnx"), rtol=1e-4)
+    assert_close_weights(
+        weights(tmp_path / "emu.onnx"), weights(tmp_path / "cpu.onnx"), rtol=1e-4
+    )
 
 
 def test_batchnorm_cnn_training_matches_cpu_target(ddpc, tmp_path):
@@ -342,13 +535,25 @@ def test_batchnorm_cnn_training_matches_cpu_target(ddpc, tmp_path):
     cpu = compile_train(ddpc, model, tmp_path / "cpu", 4, *flags)
     emu = compile_train(ddpc, model, tmp_path / "emu", 4, *flags, *EMULATE)
     for prog, name in ((cpu, "cpu"), (emu, "emu")):
-        run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", f"{name}.onnx",
-                  "--log-json", f"{name}.jsonl")
+        run_train(
+            prog,
+            tmp_path,
+            1,
+            "--epochs",
+            "1",
+            "--no-shuffle",
+            "--save",
+            f"{name}.onnx",
+            "--log-json",
+            f"{name}.jsonl",
+        )
     loss = lambda f: np.array([json.loads(l)["loss"] for l in open(tmp_path / f)])
     a, b = loss("emu.jsonl"), loss("cpu.jsonl")
     assert len(a) == len(b) == 5
     np.testing.assert_allclose(a, b, rtol=1e-4)
-    assert_close_weights(weights(tmp_path / "emu.onnx"), weights(tmp_path / "cpu.onnx"), rtol=1e-4)
+    assert_close_weights(
+        weights(tmp_path / "emu.onnx"), weights(tmp_path / "cpu.onnx"), rtol=1e-4
+    )
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
@@ -360,9 +565,15 @@ def test_data_parallel_invariant(ddpc, tmp_path):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags, *EMULATE)
-    one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags, *EMULATE)
-    run_train(two, tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx")
-    run_train(one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx")
+    one = compile_train(
+        ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags, *EMULATE
+    )
+    run_train(
+        two, tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx"
+    )
+    run_train(
+        one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx"
+    )
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
 
 
@@ -372,6 +583,7 @@ def branchy_model(seed):
     earlier branch's output), every intermediate a graph output: many
     small, mostly independent loops for ddpc-merge-parallel-loops."""
     from onnx import TensorProto, helper, numpy_helper
+
     rng = np.random.default_rng(seed)
     nodes, outputs, inits = [], [], []
     shapes = {"x": (4, 8, 6), "v": (16,)}
@@ -383,29 +595,52 @@ def branchy_model(seed):
         kind = rng.integers(4)
         shape = shapes[src]
         if kind == 0 or len(shape) == 1 and kind == 2:
-            nodes.append(helper.make_node(unary[rng.integers(len(unary))], [src], [out]))
+            nodes.append(
+                helper.make_node(unary[rng.integers(len(unary))], [src], [out])
+            )
         elif kind == 1:
             c = f"c{k}"
-            inits.append(numpy_helper.from_array(
-                rng.standard_normal(shape[-1:]).astype(np.float32), c))
-            nodes.append(helper.make_node(["Add", "Mul", "Sub"][rng.integers(3)], [src, c], [out]))
+            inits.append(
+                numpy_helper.from_array(
+                    rng.standard_normal(shape[-1:]).astype(np.float32), c
+                )
+            )
+            nodes.append(
+                helper.make_node(
+                    ["Add", "Mul", "Sub"][rng.integers(3)], [src, c], [out]
+                )
+            )
         elif kind == 2:
             axis = int(rng.integers(len(shape)))
-            nodes.append(helper.make_node("ReduceSum", [src, f"a{k}"], [out], keepdims=0))
+            nodes.append(
+                helper.make_node("ReduceSum", [src, f"a{k}"], [out], keepdims=0)
+            )
             inits.append(numpy_helper.from_array(np.array([axis], np.int64), f"a{k}"))
-            shape = shape[:axis] + shape[axis + 1:]
+            shape = shape[:axis] + shape[axis + 1 :]
         else:
             w = f"w{k}"
-            inits.append(numpy_helper.from_array(
-                rng.standard_normal((shape[-1], 3)).astype(np.float32), w))
+            inits.append(
+                numpy_helper.from_array(
+                    rng.standard_normal((shape[-1], 3)).astype(np.float32), w
+                )
+            )
             nodes.append(helper.make_node("MatMul", [src, w], [out]))
             shape = shape[:-1] + (3,)
         shapes[out] = shape
         names.append(out)
-        outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, list(shape)))
-    g = helper.make_graph(nodes, "g",
-                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shapes[n]))
-                           for n in ("x", "v")], outputs, inits)
+        outputs.append(
+            helper.make_tensor_value_info(out, TensorProto.FLOAT, list(shape))
+        )
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shapes[n]))
+            for n in ("x", "v")
+        ],
+        outputs,
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -415,23 +650,48 @@ def test_merged_independent_loops_match_onnxruntime(ddpc, tmp_path, seed):
     independent and dependent branches: fewer launches than fusion groups,
     and every output as onnxruntime computes it."""
     import onnx
+
     m = branchy_model(seed)
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
     rng = np.random.default_rng(100 + seed)
-    feeds = {"x": rng.standard_normal((4, 8, 6)).astype(np.float32),
-             "v": rng.standard_normal(16).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((4, 8, 6)).astype(np.float32),
+        "v": rng.standard_normal(16).astype(np.float32),
+    }
     run_ddpc(ddpc, path, feeds, tmp_path, *EMULATE)
-    report = json.loads(subprocess.run(
-        [ddpc, "compile", str(path), *EMULATE, "--emit=obj", "-o", str(tmp_path / "r.o"),
-         "--report=json"], capture_output=True, text=True, check=True).stdout)
+    report = json.loads(
+        subprocess.run(
+            [
+                ddpc,
+                "compile",
+                str(path),
+                *EMULATE,
+                "--emit=obj",
+                "-o",
+                str(tmp_path / "r.o"),
+                "--report=json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     (fn,) = report["cuda"]["functions"]
-    assert fn["kernel_launches"] + fn["cublas_gemms"] < report["fusion_groups"], (fn, report)
+    assert fn["kernel_launches"] + fn["cublas_gemms"] < report["fusion_groups"], (
+        fn,
+        report,
+    )
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in m.graph.output]
     for name, want in zip(names, sess.run(names, feeds)):
-        np.testing.assert_allclose(np.load(tmp_path / "out" / f"{name}.npy"), want,
-                                   rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            np.load(tmp_path / "out" / f"{name}.npy"),
+            want,
+            rtol=1e-5,
+            atol=1e-5,
+            err_msg=name,
+        )
 
 
 def test_constant_tensors_of_every_dtype_match_onnxruntime(ddpc, tmp_path):
@@ -444,33 +704,59 @@ def test_constant_tensors_of_every_dtype_match_onnxruntime(ddpc, tmp_path):
     packed array's."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
     rng = np.random.default_rng(11)
     mask = rng.random((4, 6)) < 0.5
     dense = rng.standard_normal((4, 6)).astype(np.float32)
     idx = np.array([5, 0, 2, 2], np.int64)
     nodes = [
-        helper.make_node("Constant", [], ["mask"], value=numpy_helper.from_array(mask, "mask")),
-        helper.make_node("Constant", [], ["dense"], value=numpy_helper.from_array(dense, "dense")),
-        helper.make_node("Constant", [], ["idx"], value=numpy_helper.from_array(idx, "idx")),
-        helper.make_node("Constant", [], ["splat"],
-                         value=numpy_helper.from_array(np.full((4, 6), 2.5, np.float32), "splat")),
+        helper.make_node(
+            "Constant", [], ["mask"], value=numpy_helper.from_array(mask, "mask")
+        ),
+        helper.make_node(
+            "Constant", [], ["dense"], value=numpy_helper.from_array(dense, "dense")
+        ),
+        helper.make_node(
+            "Constant", [], ["idx"], value=numpy_helper.from_array(idx, "idx")
+        ),
+        helper.make_node(
+            "Constant",
+            [],
+            ["splat"],
+            value=numpy_helper.from_array(np.full((4, 6), 2.5, np.float32), "splat"),
+        ),
         helper.make_node("Where", ["mask", "x", "dense"], ["where"]),
         helper.make_node("Gather", ["x", "idx"], ["gather"], axis=1),
         helper.make_node("Mul", ["x", "splat"], ["scaled"]),
     ]
-    outs = [helper.make_tensor_value_info("where", TensorProto.FLOAT, [4, 6]),
-            helper.make_tensor_value_info("gather", TensorProto.FLOAT, [4, 4]),
-            helper.make_tensor_value_info("scaled", TensorProto.FLOAT, [4, 6])]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])], outs)
+    outs = [
+        helper.make_tensor_value_info("where", TensorProto.FLOAT, [4, 6]),
+        helper.make_tensor_value_info("gather", TensorProto.FLOAT, [4, 4]),
+        helper.make_tensor_value_info("scaled", TensorProto.FLOAT, [4, 6]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+        outs,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
-    ir = subprocess.run([ddpc, "compile", str(path), *EMULATE, "--emit=lowered-mlir", "-o", "-"],
-                        capture_output=True, text=True, check=True).stdout
+    ir = subprocess.run(
+        [ddpc, "compile", str(path), *EMULATE, "--emit=lowered-mlir", "-o", "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "llvm.mlir.addressof @__constant" not in ir
     assert ir.count("llvm.call @ddpc_device_constants(") == 1
     x = rng.standard_normal((4, 6)).astype(np.float32)
     run_ddpc(ddpc, path, {"x": x}, tmp_path, *EMULATE)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for name, want in zip(["where", "gather", "scaled"], sess.run(["where", "gather", "scaled"], {"x": x})):
-        np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{name}.npy"), want, err_msg=name)
+    for name, want in zip(
+        ["where", "gather", "scaled"], sess.run(["where", "gather", "scaled"], {"x": x})
+    ):
+        np.testing.assert_array_equal(
+            np.load(tmp_path / "out" / f"{name}.npy"), want, err_msg=name
+        )

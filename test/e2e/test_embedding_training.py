@@ -10,6 +10,7 @@ integer data. Each run is 2 ranks x batch 4 for 20 optimizer steps in file
 order (`--no-shuffle`: rank r of step s reads rows [(2s + r) 4, ...+4)),
 which DDP with the same contiguous split computes as one batch of 8.
 """
+
 import subprocess
 
 import numpy as np
@@ -31,11 +32,15 @@ def embedding_model(path, tied, id_dtype=TensorProto.INT64, seed=0):
     embedding table, as language models tie them)."""
     rng = np.random.default_rng(seed)
     inits = {"E": (rng.standard_normal((V, D)) * 0.5).astype(np.float32)}
-    nodes = [helper.make_node("Gather", ["E", "ids"], ["emb"], axis=0, name="embed"),
-             helper.make_node("ReduceMean", ["emb", "axes"], ["pooled"], keepdims=0)]
+    nodes = [
+        helper.make_node("Gather", ["E", "ids"], ["emb"], axis=0, name="embed"),
+        helper.make_node("ReduceMean", ["emb", "axes"], ["pooled"], keepdims=0),
+    ]
     if tied:
-        nodes += [helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
-                  helper.make_node("MatMul", ["pooled", "Et"], ["logits"])]
+        nodes += [
+            helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+            helper.make_node("MatMul", ["pooled", "Et"], ["logits"]),
+        ]
         classes = V
     else:
         inits["W"] = (rng.standard_normal((D, C)) * 0.5).astype(np.float32)
@@ -43,10 +48,13 @@ def embedding_model(path, tied, id_dtype=TensorProto.INT64, seed=0):
         nodes.append(helper.make_node("Gemm", ["pooled", "W", "b"], ["logits"]))
         classes = C
     g = helper.make_graph(
-        nodes, "tokens", [helper.make_tensor_value_info("ids", id_dtype, ["N", S])],
+        nodes,
+        "tokens",
+        [helper.make_tensor_value_info("ids", id_dtype, ["N", S])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
         [numpy_helper.from_array(v, k) for k, v in inits.items()]
-        + [numpy_helper.from_array(np.array([1], np.int64), "axes")])
+        + [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     onnx.save(m, path)
@@ -83,22 +91,40 @@ def oracle(p, ids, y, tied, opt, steps, global_batch):
                 p[k] = p[k] * (1 - opt["lr"] * opt["wd"])
                 m = state[k][0] = b1 * state[k][0] + (1 - b1) * g[k]
                 v = state[k][1] = b2 * state[k][1] + (1 - b2) * g[k] ** 2
-                denom = np.sqrt(v) / np.sqrt(1 - b2 ** t) + 1e-8
-                p[k] = p[k] - opt["lr"] / (1 - b1 ** t) * m / denom
+                denom = np.sqrt(v) / np.sqrt(1 - b2**t) + 1e-8
+                p[k] = p[k] - opt["lr"] / (1 - b1**t) * m / denom
     return p
 
 
 OPTIMIZERS = {
-    "sgd": (["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9"],
-            dict(name="sgd", lr=0.5, momentum=0.9)),
-    "adamw": (["--optimizer", "adamw", "--lr", "0.05", "--weight-decay", "0.01"],
-              dict(name="adamw", lr=0.05, wd=0.01)),
+    "sgd": (
+        ["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9"],
+        dict(name="sgd", lr=0.5, momentum=0.9),
+    ),
+    "adamw": (
+        ["--optimizer", "adamw", "--lr", "0.05", "--weight-decay", "0.01"],
+        dict(name="adamw", lr=0.05, wd=0.01),
+    ),
 }
 
 
 def compile_train(ddpc, model, out, *args):
-    proc = subprocess.run([ddpc, "compile", str(model), "--train", "--batch-size", str(B),
-                           "-o", str(out), *args], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(model),
+            "--train",
+            "--batch-size",
+            str(B),
+            "-o",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -107,7 +133,9 @@ def run(prog, tmp, *args, ranks=RANKS):
     cmd = [str(prog), "--data", "x.npy", "--labels", "y.npy", "--quiet", *args]
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp
+    )
 
 
 def token_data(tmp, classes, file_dtype=np.int64, seed=1):
@@ -139,9 +167,15 @@ def test_embedding_trains_like_ddp(ddpc, tmp_path, tied, opt):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-@pytest.mark.parametrize("model_dtype,file_dtype", [
-    (TensorProto.INT32, np.int32), (TensorProto.INT32, np.int64),
-    (TensorProto.INT64, np.int32), (TensorProto.INT64, np.uint8)])
+@pytest.mark.parametrize(
+    "model_dtype,file_dtype",
+    [
+        (TensorProto.INT32, np.int32),
+        (TensorProto.INT32, np.int64),
+        (TensorProto.INT64, np.int32),
+        (TensorProto.INT64, np.uint8),
+    ],
+)
 def test_token_ids_of_other_integer_dtypes(ddpc, tmp_path, model_dtype, file_dtype):
     """An int32 model input and id files of another integer dtype train the
     same (the program converts ids to the input's dtype, as it converts
@@ -158,14 +192,18 @@ def test_token_ids_of_other_integer_dtypes(ddpc, tmp_path, model_dtype, file_dty
         np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-4, err_msg=k)
 
 
-@pytest.mark.parametrize("file_dtype,needle", [
-    (np.float32, "with dtype int32"), (np.int64, "does not fit in int32")])
-def test_token_id_files_that_do_not_convert_are_refused(ddpc, tmp_path, file_dtype, needle):
+@pytest.mark.parametrize(
+    "file_dtype,needle",
+    [(np.float32, "with dtype int32"), (np.int64, "does not fit in int32")],
+)
+def test_token_id_files_that_do_not_convert_are_refused(
+    ddpc, tmp_path, file_dtype, needle
+):
     init, classes = embedding_model(tmp_path / "m.onnx", False, TensorProto.INT32)
     token_data(tmp_path, classes, file_dtype)
     if file_dtype == np.int64:
         x = np.load(tmp_path / "x.npy")
-        x[3, 1] = 2 ** 40
+        x[3, 1] = 2**40
         np.save(tmp_path / "x.npy", x)
     prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "train")
     proc = run(prog, tmp_path, "--epochs", "1", ranks=1)

@@ -9,6 +9,7 @@ ops in float32 from float16 inputs and rounds the result (issue 17's wrong
 results, found by the adversarial trial). Oracle: onnxruntime on the same
 float16 model; tolerance: a few float16 ulps of the result.
 """
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -21,8 +22,13 @@ N = 8192
 
 
 def model(nodes, inputs, inits=(), opset=18):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, H, s) for n, s in inputs],
-                          [helper.make_tensor_value_info("y", H, None)], list(inits))
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, H, s) for n, s in inputs],
+        [helper.make_tensor_value_info("y", H, None)],
+        list(inits),
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
@@ -33,18 +39,38 @@ def axes(*a):
 
 
 CASES = {
-    **{op: ([helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], [("x", [4, N])], [axes(1)])
-       for op in ["ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2",
-                  "ReduceLogSumExp"]},
+    **{
+        op: (
+            [helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)],
+            [("x", [4, N])],
+            [axes(1)],
+        )
+        for op in [
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceSumSquare",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSumExp",
+        ]
+    },
     "Softmax": ([helper.make_node("Softmax", ["x"], ["y"])], [("x", [2, N])], []),
     "LogSoftmax": ([helper.make_node("LogSoftmax", ["x"], ["y"])], [("x", [2, N])], []),
-    "LayerNormalization": ([helper.make_node("LayerNormalization", ["xs", "s"], ["y"])],
-                           [("x", [2, N])],
-                           [numpy_helper.from_array(np.ones(N, np.float16), "s")]),
-    "MatMul": ([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [2, N])],
-               [numpy_helper.from_array(np.full((N, 3), 0.5, np.float16), "w")]),
-    "GlobalAveragePool": ([helper.make_node("GlobalAveragePool", ["x4"], ["y"])],
-                          [("x", [2, N])], []),
+    "LayerNormalization": (
+        [helper.make_node("LayerNormalization", ["xs", "s"], ["y"])],
+        [("x", [2, N])],
+        [numpy_helper.from_array(np.ones(N, np.float16), "s")],
+    ),
+    "MatMul": (
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [("x", [2, N])],
+        [numpy_helper.from_array(np.full((N, 3), 0.5, np.float16), "w")],
+    ),
+    "GlobalAveragePool": (
+        [helper.make_node("GlobalAveragePool", ["x4"], ["y"])],
+        [("x", [2, N])],
+        [],
+    ),
 }
 
 
@@ -55,7 +81,9 @@ def build(op):
         inits = inits + [numpy_helper.from_array(np.array(100, np.float16), "c")]
     if op == "GlobalAveragePool":
         nodes = [helper.make_node("Reshape", ["x", "shp"], ["x4"])] + nodes
-        inits = inits + [numpy_helper.from_array(np.array([2, 1, N // 64, 64], np.int64), "shp")]
+        inits = inits + [
+            numpy_helper.from_array(np.array([2, 1, N // 64, 64], np.int64), "shp")
+        ]
     return model(nodes, inputs, inits)
 
 
@@ -64,17 +92,24 @@ def test_float16_accumulation_matches_onnxruntime(op):
     m = build(op)
     shape = CASES[op][1][0][1]
     x = np.random.default_rng(0).random(shape).astype(np.float16)
-    want = ort.InferenceSession(m.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(
+        m.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})[0]
     got = ddpc.compile(m, onnx_checker=False).run({"x": x})["y"]
     assert got.dtype == np.float16
     w = want.astype(np.float32)
-    np.testing.assert_allclose(got.astype(np.float32), w, rtol=4e-3,
-                               atol=4e-3 * max(1.0, float(np.max(np.abs(w)))))
+    np.testing.assert_allclose(
+        got.astype(np.float32),
+        w,
+        rtol=4e-3,
+        atol=4e-3 * max(1.0, float(np.max(np.abs(w)))),
+    )
 
 
 def test_float16_sum_of_ones():
     """The class in one line: 4096 ones sum to 4096, not 2048."""
-    m = model([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [("x", [4096])])
+    m = model(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [("x", [4096])]
+    )
     got = ddpc.compile(m, onnx_checker=False).run({"x": np.ones(4096, np.float16)})["y"]
     assert float(got) == 4096.0

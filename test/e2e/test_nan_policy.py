@@ -14,6 +14,7 @@ Oracles: a skipped step equals training on the data without that step's
 global batch (the invariant of skipping); the numpy MLP of test_training
 for the finite steps; the messages name what the test planted.
 """
+
 import json
 import subprocess
 
@@ -30,33 +31,58 @@ F, C, H, B = 6, 3, 8, 4
 def mlp(path, sqrt_square=False):
     """x -> (+ b0) -> [Sqrt(h*h)] -> MatMul W1 -> Relu -> Gemm W2 -> logits."""
     rng = np.random.default_rng(0)
-    inits = {"b0": np.zeros(F, np.float32),
-             "W1": (rng.standard_normal((F, H)) * 0.5).astype(np.float32),
-             "W2": (rng.standard_normal((H, C)) * 0.5).astype(np.float32),
-             "b2": np.zeros(C, np.float32)}
+    inits = {
+        "b0": np.zeros(F, np.float32),
+        "W1": (rng.standard_normal((F, H)) * 0.5).astype(np.float32),
+        "W2": (rng.standard_normal((H, C)) * 0.5).astype(np.float32),
+        "b2": np.zeros(C, np.float32),
+    }
     nodes = [helper.make_node("Add", ["x", "b0"], ["h0"])]
     if sqrt_square:  # |h0| with an infinite slope at 0: a NaN gradient there
-        nodes += [helper.make_node("Mul", ["h0", "h0"], ["sq"]),
-                  helper.make_node("Sqrt", ["sq"], ["h"])]
+        nodes += [
+            helper.make_node("Mul", ["h0", "h0"], ["sq"]),
+            helper.make_node("Sqrt", ["sq"], ["h"]),
+        ]
     else:
         nodes.append(helper.make_node("Identity", ["h0"], ["h"]))
-    nodes += [helper.make_node("MatMul", ["h", "W1"], ["m"]),
-              helper.make_node("Relu", ["m"], ["r"]),
-              helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"])]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                       ["N", F])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    nodes += [
+        helper.make_node("MatMul", ["h", "W1"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
 
 
-def compile_train(ddpc, tmp, name="train", sqrt_square=False, opt=("--optimizer", "adamw")):
+def compile_train(
+    ddpc, tmp, name="train", sqrt_square=False, opt=("--optimizer", "adamw")
+):
     mlp(tmp / f"{name}.onnx", sqrt_square)
-    proc = subprocess.run([ddpc, "compile", str(tmp / f"{name}.onnx"), "--train", "--batch-size",
-                           str(B), "--lr", "0.05", *opt, "-o", str(tmp / name)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp / f"{name}.onnx"),
+            "--train",
+            "--batch-size",
+            str(B),
+            "--lr",
+            "0.05",
+            *opt,
+            "-o",
+            str(tmp / name),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return tmp / name
 
@@ -75,7 +101,9 @@ def run(prog, tmp, *args, ranks=1, x="x.npy", y="y.npy"):
     cmd = [str(prog), "--data", x, "--labels", y, "--no-shuffle", "--quiet", *args]
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120
+    )
 
 
 needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
@@ -89,13 +117,24 @@ def test_inf_in_a_sample_stops_every_rank(ddpc, tmp_path, value, kind):
     with one message, exit non-zero, and --save is not written."""
     prog = compile_train(ddpc, tmp_path)
     data(tmp_path, 48, bad_row=13, value=value)
-    proc = run(prog, tmp_path, "--epochs", "1", "--save", "out.onnx", "--log-json", "log.jsonl",
-               ranks=2)
+    proc = run(
+        prog,
+        tmp_path,
+        "--epochs",
+        "1",
+        "--save",
+        "out.onnx",
+        "--log-json",
+        "log.jsonl",
+        ranks=2,
+    )
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: step 2: the loss is {kind} on rank 1; the gradient norm is nan; "
-                      "stopping, with nothing written (--nan-policy stop; --nan-policy skip "
-                      "drops such steps on every rank)"], proc.stderr
+    assert errors == [
+        f"error: step 2: the loss is {kind} on rank 1; the gradient norm is nan; "
+        "stopping, with nothing written (--nan-policy stop; --nan-policy skip "
+        "drops such steps on every rank)"
+    ], proc.stderr
     assert not (tmp_path / "out.onnx").exists()
     log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
     assert [entry["step"] for entry in log] == [1]  # step 2 is not logged as done
@@ -111,13 +150,15 @@ def test_nan_gradient_with_a_finite_loss_stops(ddpc, tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
         "error: step 1: the gradient norm is nan; stopping, with nothing written "
-        "(--nan-policy stop; --nan-policy skip drops such steps on every rank)"), proc.stderr
+        "(--nan-policy stop; --nan-policy skip drops such steps on every rank)"
+    ), proc.stderr
     assert not (tmp_path / "out.onnx").exists()
 
 
 @needs_mpi
-@pytest.mark.parametrize("opt", [("--optimizer", "adamw"),
-                                 ("--optimizer", "sgd", "--momentum", "0.9")])
+@pytest.mark.parametrize(
+    "opt", [("--optimizer", "adamw"), ("--optimizer", "sgd", "--momentum", "0.9")]
+)
 def test_skip_equals_training_without_that_step(ddpc, tmp_path, opt):
     """--nan-policy skip at 2 ranks: step 3 (rows 16..23) holds an inf.
     The result equals a run on the data without those 8 rows (no update,
@@ -129,21 +170,51 @@ def test_skip_equals_training_without_that_step(ddpc, tmp_path, opt):
     keep = np.r_[0:16, 24:48]
     np.save(tmp_path / "x_without.npy", x[keep])
     np.save(tmp_path / "y_without.npy", y[keep])
-    proc = run(prog, tmp_path, "--epochs", "1", "--nan-policy", "skip", "--save", "skip.onnx",
-               "--log-json", "log.jsonl", ranks=2)
+    proc = run(
+        prog,
+        tmp_path,
+        "--epochs",
+        "1",
+        "--nan-policy",
+        "skip",
+        "--save",
+        "skip.onnx",
+        "--log-json",
+        "log.jsonl",
+        ranks=2,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "warning: step 3 skipped: the loss is nan on rank 0" in proc.stderr
-    ref = run(prog, tmp_path, "--epochs", "1", "--save", "ref.onnx", ranks=2,
-              x="x_without.npy", y="y_without.npy")
+    ref = run(
+        prog,
+        tmp_path,
+        "--epochs",
+        "1",
+        "--save",
+        "ref.onnx",
+        ranks=2,
+        x="x_without.npy",
+        y="y_without.npy",
+    )
     assert ref.returncode == 0, ref.stderr
     got, want = weights(tmp_path / "skip.onnx"), weights(tmp_path / "ref.onnx")
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
-    assert [e.get("skipped", False) for e in log] == [False, False, True, False, False, False]
+    assert [e.get("skipped", False) for e in log] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
     assert log[2]["loss"] is None and log[2]["grad_norm"] is None
-    assert all(np.isfinite(e["grad_norm"]) and e["grad_norm"] > 0 for i, e in enumerate(log)
-               if i != 2)
+    assert all(
+        np.isfinite(e["grad_norm"]) and e["grad_norm"] > 0
+        for i, e in enumerate(log)
+        if i != 2
+    )
 
 
 def test_skip_then_resume_equals_uninterrupted(ddpc, tmp_path):
@@ -151,13 +222,35 @@ def test_skip_then_resume_equals_uninterrupted(ddpc, tmp_path):
     a step, checkpointed and resumed equals one that did not stop."""
     prog = compile_train(ddpc, tmp_path)
     data(tmp_path, 40, bad_row=5)
-    full = run(prog, tmp_path, "--epochs", "1", "--nan-policy", "skip", "--save", "full.onnx")
+    full = run(
+        prog, tmp_path, "--epochs", "1", "--nan-policy", "skip", "--save", "full.onnx"
+    )
     assert full.returncode == 0, full.stderr
-    part = run(prog, tmp_path, "--epochs", "1", "--nan-policy", "skip", "--checkpoint", "ck",
-               "--stop-after-steps", "4")
+    part = run(
+        prog,
+        tmp_path,
+        "--epochs",
+        "1",
+        "--nan-policy",
+        "skip",
+        "--checkpoint",
+        "ck",
+        "--stop-after-steps",
+        "4",
+    )
     assert part.returncode == 0, part.stderr
-    rest = run(prog, tmp_path, "--epochs", "1", "--nan-policy", "skip", "--resume", "ck",
-               "--save", "resumed.onnx")
+    rest = run(
+        prog,
+        tmp_path,
+        "--epochs",
+        "1",
+        "--nan-policy",
+        "skip",
+        "--resume",
+        "ck",
+        "--save",
+        "resumed.onnx",
+    )
     assert rest.returncode == 0, rest.stderr
     got, want = weights(tmp_path / "resumed.onnx"), weights(tmp_path / "full.onnx")
     for k in want:
@@ -170,8 +263,20 @@ def test_ignore_trains_on_but_never_saves_nan_weights(ddpc, tmp_path):
     parameter."""
     prog = compile_train(ddpc, tmp_path)
     data(tmp_path, 16, bad_row=9)
-    proc = run(prog, tmp_path, "--epochs", "1", "--nan-policy", "ignore", "--save", "out.onnx",
-               "--checkpoint", "ck", "--checkpoint-every", "1")
+    proc = run(
+        prog,
+        tmp_path,
+        "--epochs",
+        "1",
+        "--nan-policy",
+        "ignore",
+        "--save",
+        "out.onnx",
+        "--checkpoint",
+        "ck",
+        "--checkpoint-every",
+        "1",
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: rank 0: parameter '"), proc.stderr
     assert "holds nan after step 3, so the checkpoint is not written" in proc.stderr
@@ -210,4 +315,6 @@ def test_bad_nan_policy_is_named(ddpc, tmp_path):
     data(tmp_path, 8)
     proc = run(prog, tmp_path, "--epochs", "1", "--nan-policy", "maybe")
     assert proc.returncode == 1
-    assert "invalid value 'maybe' for --nan-policy (stop, skip or ignore)" in proc.stderr
+    assert (
+        "invalid value 'maybe' for --nan-policy (stop, skip or ignore)" in proc.stderr
+    )

@@ -14,6 +14,7 @@ Oracle: onnxruntime; where it has no kernel for an integer dtype, the ONNX
 reference evaluator (onnx.reference), which the backend node tests' outputs
 come from.
 """
+
 import itertools
 
 import numpy as np
@@ -24,11 +25,27 @@ from onnx.reference import ReferenceEvaluator
 
 ddpc = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
 
-OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-       "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
+OPS = [
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+]
 # Ops defined on integers too (the others need a float element function).
-INT_OPS = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
-           "ReduceL1"]
+INT_OPS = [
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+    "ReduceL1",
+]
 # Unsigned elements above the signed range (|x| of a uint32 above 2^31 is x).
 UINT_OPS = ["ReduceMax", "ReduceMin", "ReduceL1"]
 
@@ -61,8 +78,12 @@ def make_model(op, form, noop, keepdims, dtype):
         attrs["noop_with_empty_axes"] = noop
     node = helper.make_node(op, inputs, ["y"], **attrs)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", dtype, [2, 3, 4])],
-        [helper.make_tensor_value_info("y", dtype, None)], inits)
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", dtype, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", dtype, None)],
+        inits,
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
@@ -72,8 +93,14 @@ def cases():
     for op, form, keepdims in itertools.product(OPS, FORMS, [0, 1]):
         noops = [None] if form.startswith("attr") else [0, 1]
         for noop in noops:
-            dtypes = [TensorProto.FLOAT] + ([TensorProto.INT32] if op in INT_OPS else [])
-            if op in UINT_OPS and form in ("input-empty", "input-omitted") and noop == 1:
+            dtypes = [TensorProto.FLOAT] + (
+                [TensorProto.INT32] if op in INT_OPS else []
+            )
+            if (
+                op in UINT_OPS
+                and form in ("input-empty", "input-omitted")
+                and noop == 1
+            ):
                 dtypes.append(TensorProto.UINT32)
             for dtype in dtypes:
                 yield op, form, noop, keepdims, dtype
@@ -81,17 +108,21 @@ def cases():
 
 def oracle(m, x):
     try:
-        sess = ort.InferenceSession(m.SerializeToString(),
-                                    providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(
+            m.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
     except Exception as e:  # no kernel for this dtype: the reference
-        if not any(s in str(e) for s in ("NOT_IMPLEMENTED", "Could not find an implementation")):
+        if not any(
+            s in str(e) for s in ("NOT_IMPLEMENTED", "Could not find an implementation")
+        ):
             raise
         return ReferenceEvaluator(m).run(None, {"x": x})[0]
     return sess.run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("op,form,noop,keepdims,dtype", list(cases()),
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "op,form,noop,keepdims,dtype", list(cases()), ids=lambda v: str(v)
+)
 def test_reduce_axes_forms_match_onnxruntime(op, form, noop, keepdims, dtype):
     rng = np.random.default_rng(0)
     if dtype == TensorProto.UINT32:

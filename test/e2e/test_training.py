@@ -8,6 +8,7 @@ oracles:
 - resume: a run checkpointed at step 10 and resumed to 20 == a run of 20;
 - a killed rank ends the job non-zero, naming the rank.
 """
+
 import json
 import os
 import signal
@@ -20,8 +21,20 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ddpc_testing import (C, ENV, F, MPIRUN, OPTIMIZERS, assert_close_weights, compile_train,
-                          data, mlp_model, numpy_train, run_train, weights)
+from ddpc_testing import (
+    C,
+    ENV,
+    F,
+    MPIRUN,
+    OPTIMIZERS,
+    assert_close_weights,
+    compile_train,
+    data,
+    mlp_model,
+    numpy_train,
+    run_train,
+    weights,
+)
 
 
 def bn_model(path, seed=0):
@@ -29,20 +42,28 @@ def bn_model(path, seed=0):
     rng = np.random.default_rng(seed)
     inits = {
         "cw": (rng.standard_normal((4, 1, 3, 3)) * 0.5).astype(np.float32),
-        "s": np.ones(4, np.float32), "bb": np.zeros(4, np.float32),
-        "mean": np.zeros(4, np.float32), "var": np.ones(4, np.float32),
+        "s": np.ones(4, np.float32),
+        "bb": np.zeros(4, np.float32),
+        "mean": np.zeros(4, np.float32),
+        "var": np.ones(4, np.float32),
         "fw": (rng.standard_normal((C, 4)) * 0.5).astype(np.float32),
         "fb": np.zeros(C, np.float32),
     }
-    nodes = [helper.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "s", "bb", "mean", "var"], ["n"]),
-             helper.make_node("Relu", ["n"], ["r"]),
-             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1)]
-    g = helper.make_graph(nodes, "bncnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 4, 4])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    nodes = [
+        helper.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "mean", "var"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "bncnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 4, 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
@@ -56,8 +77,18 @@ def test_matches_numpy_reference(ddpc, tmp_path, opt):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "train", 8, *flags)
-    run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "out.onnx",
-              "--log-json", "log.jsonl")
+    run_train(
+        prog,
+        tmp_path,
+        1,
+        "--epochs",
+        "1",
+        "--no-shuffle",
+        "--save",
+        "out.onnx",
+        "--log-json",
+        "log.jsonl",
+    )
     want = numpy_train(init, x, y, 8, 20, spec)
     assert_close_weights(weights(tmp_path / "out.onnx"), want, rtol=2e-5)
     log = [json.loads(l) for l in open(tmp_path / "log.jsonl")]
@@ -75,8 +106,12 @@ def test_data_parallel_invariant(ddpc, tmp_path, opt):
     np.save(tmp_path / "y.npy", y)
     two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags)
     one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags)
-    run_train(two, tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx")
-    run_train(one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx")
+    run_train(
+        two, tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx"
+    )
+    run_train(
+        one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx"
+    )
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
 
 
@@ -93,29 +128,74 @@ def test_data_parallel_invariant_buckets_and_accumulation(ddpc, tmp_path, comm_t
     x, y = data(320)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           "--grad-accum-steps", "2", "--bucket-cap-mb", "0.0003", *flags,
-                           "-o", str(tmp_path / "two"), "--report=json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            "--grad-accum-steps",
+            "2",
+            "--bucket-cap-mb",
+            "0.0003",
+            *flags,
+            "-o",
+            str(tmp_path / "two"),
+            "--report=json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     buckets = json.loads(proc.stdout)["gradient_buckets"]
     assert len(buckets) >= 2, buckets
     assert sorted(p for b in buckets for p in b["params"]) == ["W1", "W2", "b1", "b2"]
     one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags)
-    run_train(tmp_path / "two", tmp_path, 2, "--epochs", "1", "--shuffle-seed", "3", "--save", "two.onnx",
-              env={"DDPC_COMM_THREAD": comm_thread})
-    run_train(one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx")
+    run_train(
+        tmp_path / "two",
+        tmp_path,
+        2,
+        "--epochs",
+        "1",
+        "--shuffle-seed",
+        "3",
+        "--save",
+        "two.onnx",
+        env={"DDPC_COMM_THREAD": comm_thread},
+    )
+    run_train(
+        one, tmp_path, 1, "--epochs", "1", "--shuffle-seed", "3", "--save", "one.onnx"
+    )
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
 
 
 @pytest.mark.parametrize("cap", ["0", "-1", "nan", "inf", "1e400"])
 def test_bucket_cap_must_be_positive_and_finite(ddpc, tmp_path, cap):
     mlp_model(tmp_path / "m.onnx")
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           f"--bucket-cap-mb={cap}", "-o", str(tmp_path / "p")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            f"--bucket-cap-mb={cap}",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
-    assert "bucket cap (--bucket-cap-mb, TrainConfig.bucket_cap_mb) must be a positive number" in proc.stderr
+    assert (
+        "bucket cap (--bucket-cap-mb, TrainConfig.bucket_cap_mb) must be a positive number"
+        in proc.stderr
+    )
     assert not (tmp_path / "p").exists()
 
 
@@ -125,24 +205,49 @@ def test_huge_bucket_cap_is_one_bucket_after_the_first(ddpc, tmp_path):
     overflowed the byte count and gave every gradient its own bucket."""
     rng = np.random.default_rng(0)
     n = 600  # 1.44 MB per weight
-    ws = {f"W{i}": (rng.standard_normal((n, n)) * 0.05).astype(np.float32) for i in range(4)}
+    ws = {
+        f"W{i}": (rng.standard_normal((n, n)) * 0.05).astype(np.float32)
+        for i in range(4)
+    }
     ws["Wout"] = (rng.standard_normal((n, C)) * 0.05).astype(np.float32)
     nodes, h = [], "x"
     for i in range(4):
-        nodes += [helper.make_node("MatMul", [h, f"W{i}"], [f"m{i}"]),
-                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        nodes += [
+            helper.make_node("MatMul", [h, f"W{i}"], [f"m{i}"]),
+            helper.make_node("Relu", [f"m{i}"], [f"r{i}"]),
+        ]
         h = f"r{i}"
     nodes.append(helper.make_node("MatMul", [h, "Wout"], ["logits"]))
-    g = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-                          [numpy_helper.from_array(v, k) for k, v in ws.items()])
+    g = helper.make_graph(
+        nodes,
+        "deep",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+        [numpy_helper.from_array(v, k) for k, v in ws.items()],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, tmp_path / "m.onnx")
     for cap in ["25", "1000", "8796093022208", "1e300"]:
-        proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "2",
-                               "--bucket-cap-mb", cap, "--report=json", "--emit=obj", "-o", str(tmp_path / "p.o")],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                ddpc,
+                "compile",
+                str(tmp_path / "m.onnx"),
+                "--train",
+                "--batch-size",
+                "2",
+                "--bucket-cap-mb",
+                cap,
+                "--report=json",
+                "--emit=obj",
+                "-o",
+                str(tmp_path / "p.o"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         buckets = [b["params"] for b in json.loads(proc.stdout)["gradient_buckets"]]
         assert buckets == [["Wout", "W3"], ["W2", "W1", "W0"]], (cap, buckets)
@@ -150,11 +255,29 @@ def test_huge_bucket_cap_is_one_bucket_after_the_first(ddpc, tmp_path):
 
 def test_training_options_without_train_are_named(ddpc, tmp_path):
     mlp_model(tmp_path / "m.onnx")
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--batch-size", "4",
-                           "--bucket-cap-mb", "5", "--freeze", "W1", "-o", str(tmp_path / "p")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--batch-size",
+            "4",
+            "--bucket-cap-mb",
+            "5",
+            "--freeze",
+            "W1",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
-    assert "--freeze, --bucket-cap-mb apply to training programs only; add --train" in proc.stderr
+    assert (
+        "--freeze, --bucket-cap-mb apply to training programs only; add --train"
+        in proc.stderr
+    )
 
 
 def test_gradient_accumulation(ddpc, tmp_path):
@@ -164,8 +287,15 @@ def test_gradient_accumulation(ddpc, tmp_path):
     x, y = data(320)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    acc = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "acc", 8, *flags,
-                        "--grad-accum-steps", "2")
+    acc = compile_train(
+        ddpc,
+        tmp_path / "m.onnx",
+        tmp_path / "acc",
+        8,
+        *flags,
+        "--grad-accum-steps",
+        "2",
+    )
     big = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "big", 16, *flags)
     run_train(acc, tmp_path, 1, "--epochs", "1", "--save", "acc.onnx")
     run_train(big, tmp_path, 1, "--epochs", "1", "--save", "big.onnx")
@@ -180,15 +310,37 @@ def test_batchnorm_model_trains_and_exports(ddpc, tmp_path):
     x += (y[:, None, None, None] - 2).astype(np.float32)  # learnable signal
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 16, "--optimizer", "adamw",
-                         "--lr", "0.05")
-    run_train(prog, tmp_path, 1, "--epochs", "6", "--save", "out.onnx", "--log-json", "log.jsonl")
+    prog = compile_train(
+        ddpc,
+        tmp_path / "m.onnx",
+        tmp_path / "t",
+        16,
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.05",
+    )
+    run_train(
+        prog,
+        tmp_path,
+        1,
+        "--epochs",
+        "6",
+        "--save",
+        "out.onnx",
+        "--log-json",
+        "log.jsonl",
+    )
     log = [json.loads(l) for l in open(tmp_path / "log.jsonl")]
-    first, last = np.mean([r["loss"] for r in log[:8]]), np.mean([r["loss"] for r in log[-8:]])
+    first, last = np.mean([r["loss"] for r in log[:8]]), np.mean(
+        [r["loss"] for r in log[-8:]]
+    )
     assert last < 0.8 * first, (first, last)
     w = weights(tmp_path / "out.onnx")
     assert not np.allclose(w["mean"], 0) and not np.allclose(w["var"], 1)
-    (logits,) = ort.InferenceSession(str(tmp_path / "out.onnx")).run(None, {"x": x[:16]})
+    (logits,) = ort.InferenceSession(str(tmp_path / "out.onnx")).run(
+        None, {"x": x[:16]}
+    )
     assert logits.shape == (16, C) and np.all(np.isfinite(logits))
 
 
@@ -203,11 +355,41 @@ def test_resume_matches_uninterrupted(ddpc, tmp_path, ranks):
     np.save(tmp_path / "y.npy", y)
     prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 8, *flags)
     # 20 optimizer steps span more than one epoch with 2 ranks.
-    run_train(prog, tmp_path, ranks, "--epochs", "4", "--stop-after-steps", "20", "--save", "full.onnx")
-    run_train(prog, tmp_path, ranks, "--epochs", "4", "--stop-after-steps", "10",
-              "--checkpoint", "ck.bin")
-    run_train(prog, tmp_path, ranks, "--epochs", "4", "--stop-after-steps", "20",
-              "--resume", "ck.bin", "--save", "resumed.onnx")
+    run_train(
+        prog,
+        tmp_path,
+        ranks,
+        "--epochs",
+        "4",
+        "--stop-after-steps",
+        "20",
+        "--save",
+        "full.onnx",
+    )
+    run_train(
+        prog,
+        tmp_path,
+        ranks,
+        "--epochs",
+        "4",
+        "--stop-after-steps",
+        "10",
+        "--checkpoint",
+        "ck.bin",
+    )
+    run_train(
+        prog,
+        tmp_path,
+        ranks,
+        "--epochs",
+        "4",
+        "--stop-after-steps",
+        "20",
+        "--resume",
+        "ck.bin",
+        "--save",
+        "resumed.onnx",
+    )
     a, b = weights(tmp_path / "full.onnx"), weights(tmp_path / "resumed.onnx")
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -220,12 +402,32 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 1)
-    cmd = [MPIRUN, "--oversubscribe", "-np", "2", str(prog), "--data", "x.npy", "--labels",
-           "y.npy", "--epochs", "50", "--quiet"]
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=ENV, cwd=tmp_path)
+    cmd = [
+        MPIRUN,
+        "--oversubscribe",
+        "-np",
+        "2",
+        str(prog),
+        "--data",
+        "x.npy",
+        "--labels",
+        "y.npy",
+        "--epochs",
+        "50",
+        "--quiet",
+    ]
+    job = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
     time.sleep(3)
-    pids = subprocess.run(["pgrep", "-f", f"{prog} --data"], capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(
+        ["pgrep", "-f", f"{prog} --data"], capture_output=True, text=True
+    ).stdout.split()
     assert len(pids) >= 2, "both ranks should be running"
     os.kill(int(pids[-1]), signal.SIGKILL)
     start = time.time()
@@ -236,8 +438,10 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-@pytest.mark.parametrize("case", ["data", "val-data", "batch", "optimizer", "epochs",
-                                  "nan-policy", "shuffle"])
+@pytest.mark.parametrize(
+    "case",
+    ["data", "val-data", "batch", "optimizer", "epochs", "nan-policy", "shuffle"],
+)
 def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
     """MPMD launches whose ranks read data of different sizes, run other
     programs (another per-rank batch, another optimizer) or other
@@ -266,8 +470,9 @@ def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
         other = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t4", 4)
         want = "per-rank batch: 8 on ranks 0, 1, 4 on rank 2"
     elif case == "optimizer":  # same shapes, another program: trained silently
-        other = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8a", 8,
-                              "--optimizer", "adamw")
+        other = compile_train(
+            ddpc, tmp_path / "m.onnx", tmp_path / "t8a", 8, "--optimizer", "adamw"
+        )
         want = "program: "
     elif case == "epochs":  # died with MPI_ERR_TRUNCATE at the end
         b[b.index("--epochs") + 1] = "2"
@@ -280,14 +485,33 @@ def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
         b += ["--no-shuffle"]
         want = "--shuffle-seed: 7 on ranks 0, 1, none (--no-shuffle) on rank 2"
     start = time.time()
-    proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", str(prog), *a, ":", "-np",
-                           "1", str(other), *b], capture_output=True, text=True, env=ENV,
-                          cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        [
+            MPIRUN,
+            "--oversubscribe",
+            "-np",
+            "2",
+            str(prog),
+            *a,
+            ":",
+            "-np",
+            "1",
+            str(other),
+            *b,
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert time.time() - start < 20
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
-    assert errors[0].startswith("error: the ranks were given different data or programs: ")
+    assert errors[0].startswith(
+        "error: the ranks were given different data or programs: "
+    )
     assert want in errors[0], errors[0]
 
 
@@ -303,9 +527,19 @@ def test_data_parallel_invariant_sync_batchnorm(ddpc, tmp_path, opt):
     x, y = data(320, shape=(1, 4, 4))
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t8", 8, *flags, "--sync-batchnorm",
-                        "--bucket-cap-mb", "1e-6")
-    one = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags, "--sync-batchnorm")
+    two = compile_train(
+        ddpc,
+        tmp_path / "m.onnx",
+        tmp_path / "t8",
+        8,
+        *flags,
+        "--sync-batchnorm",
+        "--bucket-cap-mb",
+        "1e-6",
+    )
+    one = compile_train(
+        ddpc, tmp_path / "m.onnx", tmp_path / "t16", 16, *flags, "--sync-batchnorm"
+    )
     run_train(two, tmp_path, 2, "--epochs", "1", "--save", "two.onnx")
     run_train(one, tmp_path, 1, "--epochs", "1", "--save", "one.onnx")
     assert_close_weights(weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx"))
@@ -345,9 +579,15 @@ def test_dropout_training_data_parallel_invariant(ddpc, tmp_path):
     a, b = weights(tmp_path / "two.onnx"), weights(tmp_path / "one.onnx")
     assert_close_weights(a, b)
     # The ratio configures Dropout: it stays a constant of the graph.
-    assert float(numpy_helper.to_array(next(
-        t for t in onnx.load(str(tmp_path / "one.onnx")).graph.initializer
-        if t.name == "ratio"))) == pytest.approx(0.3)
+    assert float(
+        numpy_helper.to_array(
+            next(
+                t
+                for t in onnx.load(str(tmp_path / "one.onnx")).graph.initializer
+                if t.name == "ratio"
+            )
+        )
+    ) == pytest.approx(0.3)
     p = weights(tmp_path / "plain.onnx")
     assert not np.allclose(p["W1"], b["W1"], atol=1e-4)
     # About 30% of the hidden activations are dropped: measured through the
@@ -355,25 +595,37 @@ def test_dropout_training_data_parallel_invariant(ddpc, tmp_path):
     # training log instead: the dropout run's loss is higher on average.
 
 
-
 # ------------------------------------------------- --loss output, --label-input
+
 
 def loss_output_model(path, label_dtype=TensorProto.FLOAT, seed=3):
     """y = x W; loss = ReduceMean((y - t)^2) as the first output, with the
     target t a graph input (for --loss output --label-input t)."""
     w = (np.random.default_rng(seed).standard_normal((F, 3)) * 0.3).astype(np.float32)
-    cast = ([helper.make_node("Cast", ["t"], ["tf"], to=TensorProto.FLOAT)]
-            if label_dtype != TensorProto.FLOAT else [])
+    cast = (
+        [helper.make_node("Cast", ["t"], ["tf"], to=TensorProto.FLOAT)]
+        if label_dtype != TensorProto.FLOAT
+        else []
+    )
     g = helper.make_graph(
-        cast + [helper.make_node("MatMul", ["x", "W"], ["y"]),
-         helper.make_node("Sub", ["y", "tf" if cast else "t"], ["d"]),
-         helper.make_node("Mul", ["d", "d"], ["s"]),
-         helper.make_node("ReduceMean", ["s"], ["loss"], keepdims=0)], "regress",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F]),
-         helper.make_tensor_value_info("t", label_dtype, ["N", 3])],
-        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-        [numpy_helper.from_array(w, "W")])
+        cast
+        + [
+            helper.make_node("MatMul", ["x", "W"], ["y"]),
+            helper.make_node("Sub", ["y", "tf" if cast else "t"], ["d"]),
+            helper.make_node("Mul", ["d", "d"], ["s"]),
+            helper.make_node("ReduceMean", ["s"], ["loss"], keepdims=0),
+        ],
+        "regress",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F]),
+            helper.make_tensor_value_info("t", label_dtype, ["N", 3]),
+        ],
+        [
+            helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
+        ],
+        [numpy_helper.from_array(w, "W")],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
@@ -395,14 +647,18 @@ def test_loss_output_with_label_input_matches_numpy(ddpc, tmp_path):
     run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "one.onnx")
     want = w.astype(np.float64)
     for s in range(4):
-        xb, tb = x[8 * s: 8 * s + 8].astype(np.float64), t[8 * s: 8 * s + 8]
+        xb, tb = x[8 * s : 8 * s + 8].astype(np.float64), t[8 * s : 8 * s + 8]
         want -= 0.1 * xb.T @ (2 * (xb @ want - tb) / tb.size)
     got = weights(tmp_path / "one.onnx")["W"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     if MPIRUN:
         two = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "p4", 4, *flags)
-        run_train(two, tmp_path, 2, "--epochs", "1", "--no-shuffle", "--save", "two.onnx")
-        np.testing.assert_allclose(weights(tmp_path / "two.onnx")["W"], got, rtol=1e-5, atol=1e-6)
+        run_train(
+            two, tmp_path, 2, "--epochs", "1", "--no-shuffle", "--save", "two.onnx"
+        )
+        np.testing.assert_allclose(
+            weights(tmp_path / "two.onnx")["W"], got, rtol=1e-5, atol=1e-6
+        )
 
 
 def test_label_input_of_unreadable_dtype_is_refused(ddpc, tmp_path):
@@ -410,9 +666,25 @@ def test_label_input_of_unreadable_dtype_is_refused(ddpc, tmp_path):
     is refused at compile time, naming the input (it used to be read as if
     it were an integer type)."""
     loss_output_model(tmp_path / "m.onnx", label_dtype=TensorProto.DOUBLE)
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           "--loss", "output", "--label-input", "t", "-o", str(tmp_path / "p")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            "--loss",
+            "output",
+            "--label-input",
+            "t",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "--label-input 't' has element type f64" in proc.stderr, proc.stderr
     assert not (tmp_path / "p").exists()
@@ -424,18 +696,26 @@ def test_initializers_the_loss_does_not_reach_stay_fixed(ddpc, tmp_path):
     parameters whose .grad is None (no update, no weight decay); they used
     to be decayed (x 0.98 after 2 steps here) and all-reduced."""
     rng = np.random.default_rng(0)
-    inits = {"W1": rng.standard_normal((F, C)).astype(np.float32),
-             "b1": np.zeros(C, np.float32),
-             "W2": rng.standard_normal((F, 2)).astype(np.float32),
-             "W3": rng.standard_normal((2, 2)).astype(np.float32)}
+    inits = {
+        "W1": rng.standard_normal((F, C)).astype(np.float32),
+        "b1": np.zeros(C, np.float32),
+        "W2": rng.standard_normal((F, 2)).astype(np.float32),
+        "W3": rng.standard_normal((2, 2)).astype(np.float32),
+    }
     g = helper.make_graph(
-        [helper.make_node("Gemm", ["x", "W1", "b1"], ["logits"]),
-         helper.make_node("MatMul", ["x", "W2"], ["z"]),
-         helper.make_node("Relu", ["W3"], ["dead"])], "heads",
+        [
+            helper.make_node("Gemm", ["x", "W1", "b1"], ["logits"]),
+            helper.make_node("MatMul", ["x", "W2"], ["z"]),
+            helper.make_node("Relu", ["W3"], ["dead"]),
+        ],
+        "heads",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 2])],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 2]),
+        ],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, tmp_path / "m.onnx")
@@ -443,12 +723,32 @@ def test_initializers_the_loss_does_not_reach_stay_fixed(ddpc, tmp_path):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     flags = ["--weight-decay", "0.1", "--lr", "0.1"]
-    report = json.loads(subprocess.run(
-        [ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "8", *flags,
-         "--emit=mlir", "-o", str(tmp_path / "m.mlir"), "--report=json"],
-        capture_output=True, text=True, check=True).stdout)
+    report = json.loads(
+        subprocess.run(
+            [
+                ddpc,
+                "compile",
+                str(tmp_path / "m.onnx"),
+                "--train",
+                "--batch-size",
+                "8",
+                *flags,
+                "--emit=mlir",
+                "-o",
+                str(tmp_path / "m.mlir"),
+                "--report=json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert {p["name"]: p["trainable"] for p in report["parameters"]} == {
-        "W1": True, "b1": True, "W2": False, "W3": False}
+        "W1": True,
+        "b1": True,
+        "W2": False,
+        "W3": False,
+    }
     prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "train", 8, *flags)
     run_train(prog, tmp_path, 1, "--epochs", "1", "--no-shuffle", "--save", "out.onnx")
     got = weights(tmp_path / "out.onnx")
@@ -457,7 +757,7 @@ def test_initializers_the_loss_does_not_reach_stay_fixed(ddpc, tmp_path):
     # W1 and b1 train as the plain MLP oracle's single layer would.
     p = {k: inits[k].astype(np.float64) for k in ("W1", "b1")}
     for s in range(2):
-        xb, yb = x[8 * s: 8 * s + 8].astype(np.float64), y[8 * s: 8 * s + 8]
+        xb, yb = x[8 * s : 8 * s + 8].astype(np.float64), y[8 * s : 8 * s + 8]
         z = xb @ p["W1"] + p["b1"]
         pr = np.exp(z - z.max(1, keepdims=True))
         pr /= pr.sum(1, keepdims=True)
@@ -474,61 +774,133 @@ def test_two_inputs_without_label_input_says_how(ddpc, tmp_path):
     works: --label-input needs --loss output (it used to suggest
     --label-input alone, which the default loss then refused)."""
     loss_output_model(tmp_path / "m.onnx")
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           "--loss", "mse", "-o", str(tmp_path / "p")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            "--loss",
+            "mse",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert "more than one data input ('x', 't')" in proc.stderr, proc.stderr
     assert "with --loss output --label-input NAME" in proc.stderr, proc.stderr
 
 
-def test_initializers_reaching_the_loss_only_as_indices_or_shapes_stay_fixed(ddpc, tmp_path):
+def test_initializers_reaching_the_loss_only_as_indices_or_shapes_stay_fixed(
+    ddpc, tmp_path
+):
     """Float initializers that reach the first output only through
     non-differentiable paths (Shape, a Cast to int64 used as Gather indices,
     a comparison feeding Where's condition) get no gradient in PyTorch, so
     no update and no weight decay; 'zero' (also Where's else-branch) and W
     do train. Decaying the index tensor would eventually change the model."""
     rng = np.random.default_rng(3)
-    inits = {"Wshape": np.zeros((2, 4), np.float32), "Fidx": np.array([3, 2, 1, 0], np.float32),
-             "thr": np.array(0.5, np.float32), "zero": np.array(0.1, np.float32),
-             "W": rng.standard_normal((4, C)).astype(np.float32)}
+    inits = {
+        "Wshape": np.zeros((2, 4), np.float32),
+        "Fidx": np.array([3, 2, 1, 0], np.float32),
+        "thr": np.array(0.5, np.float32),
+        "zero": np.array(0.1, np.float32),
+        "W": rng.standard_normal((4, C)).astype(np.float32),
+    }
     g = helper.make_graph(
-        [helper.make_node("Shape", ["Wshape"], ["shp"]),
-         helper.make_node("Slice", ["shp", "one", "two"], ["last"]),
-         helper.make_node("Concat", ["m1", "last"], ["newshape"], axis=0),
-         helper.make_node("Reshape", ["x", "newshape"], ["xr"]),
-         helper.make_node("Cast", ["Fidx"], ["idx"], to=TensorProto.INT64),
-         helper.make_node("Gather", ["xr", "idx"], ["xg"], axis=1),
-         helper.make_node("Greater", ["thr", "zero"], ["mask"]),
-         helper.make_node("MatMul", ["xg", "W"], ["h"]),
-         helper.make_node("Where", ["mask", "h", "zero"], ["logits"])], "indices",
+        [
+            helper.make_node("Shape", ["Wshape"], ["shp"]),
+            helper.make_node("Slice", ["shp", "one", "two"], ["last"]),
+            helper.make_node("Concat", ["m1", "last"], ["newshape"], axis=0),
+            helper.make_node("Reshape", ["x", "newshape"], ["xr"]),
+            helper.make_node("Cast", ["Fidx"], ["idx"], to=TensorProto.INT64),
+            helper.make_node("Gather", ["xr", "idx"], ["xg"], axis=1),
+            helper.make_node("Greater", ["thr", "zero"], ["mask"]),
+            helper.make_node("MatMul", ["xg", "W"], ["h"]),
+            helper.make_node("Where", ["mask", "h", "zero"], ["logits"]),
+        ],
+        "indices",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()] +
-        [numpy_helper.from_array(np.array([v], np.int64), k)
-         for k, v in (("one", 1), ("two", 2), ("m1", -1))])
+        [numpy_helper.from_array(v, k) for k, v in inits.items()]
+        + [
+            numpy_helper.from_array(np.array([v], np.int64), k)
+            for k, v in (("one", 1), ("two", 2), ("m1", -1))
+        ],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, tmp_path / "m.onnx")
-    report = json.loads(subprocess.run(
-        [ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-         "--emit=mlir", "-o", str(tmp_path / "m.mlir"), "--report=json"],
-        capture_output=True, text=True, check=True).stdout)
-    got = {p["name"]: p["trainable"] for p in report["parameters"] if p["name"] in inits}
-    assert got == {"Wshape": False, "Fidx": False, "thr": False, "zero": True, "W": True}, got
+    report = json.loads(
+        subprocess.run(
+            [
+                ddpc,
+                "compile",
+                str(tmp_path / "m.onnx"),
+                "--train",
+                "--batch-size",
+                "4",
+                "--emit=mlir",
+                "-o",
+                str(tmp_path / "m.mlir"),
+                "--report=json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    got = {
+        p["name"]: p["trainable"] for p in report["parameters"] if p["name"] in inits
+    }
+    assert got == {
+        "Wshape": False,
+        "Fidx": False,
+        "thr": False,
+        "zero": True,
+        "W": True,
+    }, got
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--loss", "output", "--label-input", "nope"], "--label-input nope: no graph input of that name"),
-    (["--loss", "mse", "--label-input", "t"], "--label-input with --loss mse is not supported"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            ["--loss", "output", "--label-input", "nope"],
+            "--label-input nope: no graph input of that name",
+        ),
+        (
+            ["--loss", "mse", "--label-input", "t"],
+            "--label-input with --loss mse is not supported",
+        ),
+    ],
+)
 def test_label_input_mistakes_are_named(ddpc, tmp_path, args, needle):
     """A misspelled --label-input, or one with a loss that takes separate
     labels, is named as such (they reported 'more than one data input' or
     'no data input' instead)."""
     loss_output_model(tmp_path / "m.onnx")
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           *args, "-o", str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            *args,
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
 
 
@@ -537,18 +909,45 @@ def test_output_not_batched_like_the_data_is_an_error(ddpc, tmp_path):
     an internal error from the verifier; now a message naming the shapes."""
     rng = np.random.default_rng(0)
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["W1", "W2"], ["logits"]),
-         helper.make_node("Identity", ["x"], ["xi"])], "nobatch",
+        [
+            helper.make_node("MatMul", ["W1", "W2"], ["logits"]),
+            helper.make_node("Identity", ["x"], ["xi"]),
+        ],
+        "nobatch",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [5, 3]),
-         helper.make_tensor_value_info("xi", TensorProto.FLOAT, ["N", 4])],
-        [numpy_helper.from_array(rng.standard_normal((5, 6)).astype(np.float32), "W1"),
-         numpy_helper.from_array(rng.standard_normal((6, 3)).astype(np.float32), "W2")])
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [5, 3]),
+            helper.make_tensor_value_info("xi", TensorProto.FLOAT, ["N", 4]),
+        ],
+        [
+            numpy_helper.from_array(
+                rng.standard_normal((5, 6)).astype(np.float32), "W1"
+            ),
+            numpy_helper.from_array(
+                rng.standard_normal((6, 3)).astype(np.float32), "W2"
+            ),
+        ],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, tmp_path / "m.onnx")
-    proc = subprocess.run([ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size", "4",
-                           "-o", str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(tmp_path / "m.onnx"),
+            "--train",
+            "--batch-size",
+            "4",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
-    assert ("the first output has shape [5,3], but its leading dimension must be the "
-            "per-rank batch (4" in proc.stderr), proc.stderr
+    assert (
+        "the first output has shape [5,3], but its leading dimension must be the "
+        "per-rank batch (4" in proc.stderr
+    ), proc.stderr

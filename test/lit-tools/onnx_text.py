@@ -27,7 +27,7 @@ def main() -> int:
         for line in f:
             s = line.strip()
             if s.startswith("# -----"):
-                current = s[len("# -----"):].strip()
+                current = s[len("# -----") :].strip()
                 sections[current] = []
                 continue
             if s.startswith("#"):

@@ -112,9 +112,12 @@ def test_report_has_parameters_with_bytes(lenet: ddpc.Program) -> None:
     for init in model.graph.initializer:
         p = next(p for p in params if p["name"] == init.name)
         assert p["onnx_dtype"] == init.data_type, p
-        assert p["dtype"] == onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name, p
-    assert report["inputs"] == [{"name": "input", "dtype": "float32", "onnx_dtype": 1,
-                                 "shape": [2, 1, 28, 28]}]
+        assert (
+            p["dtype"] == onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name
+        ), p
+    assert report["inputs"] == [
+        {"name": "input", "dtype": "float32", "onnx_dtype": 1, "shape": [2, 1, 28, 28]}
+    ]
 
 
 def test_unknown_option_is_type_error() -> None:
@@ -132,7 +135,8 @@ def test_unbound_dim_is_compile_error() -> None:
     assert "--batch-size N" in info.value.message
     assert str(info.value).startswith(info.value.message)
     assert str(info.value).endswith(
-        "[in Python: --dim is dims={name: value}, --batch-size is batch_size=]")
+        "[in Python: --dim is dims={name: value}, --batch-size is batch_size=]"
+    )
 
 
 def test_unsupported_op_is_compile_error() -> None:
@@ -159,15 +163,19 @@ def test_invalid_model_bytes_is_compile_error() -> None:
     assert not info.value.unsupported
 
 
-@pytest.mark.skipif(not pathlib.Path("/usr/local/cuda/bin/ptxas").exists(),
-                    reason="no CUDA toolkit (ptxas) at /usr/local/cuda")
+@pytest.mark.skipif(
+    not pathlib.Path("/usr/local/cuda/bin/ptxas").exists(),
+    reason="no CUDA toolkit (ptxas) at /usr/local/cuda",
+)
 def test_cuda_arch_option() -> None:
     """cuda_arch (CLI --cuda-arch) picks the architectures of target="cuda"
     (the report lists them); a bad entry or another target is a
     CompileError naming the option."""
     prog = ddpc.compile(LENET, batch_size=2, target="cuda", cuda_arch="sm_90")
     assert prog.report()["cuda"]["archs"] == ["sm_90"]
-    assert ddpc.compile(LENET, batch_size=2, target="cuda").report()["cuda"]["archs"] == ["sm_80"]
+    assert ddpc.compile(LENET, batch_size=2, target="cuda").report()["cuda"][
+        "archs"
+    ] == ["sm_80"]
     with pytest.raises(RuntimeError, match="use save"):
         prog.run({"input": np.zeros((2, 1, 28, 28), np.float32)})
     with pytest.raises(ddpc.CompileError, match="sm_81"):
@@ -259,9 +267,16 @@ def test_train_config_validates() -> None:
         ddpc.TrainConfig(optimizer="lbfgs")
     with pytest.raises(ValueError, match="contradicts"):
         ddpc.compile(LENET, batch_size=4, train=ddpc.TrainConfig(batch_size=8))
-    for field, bad in (("lr", 1e39), ("lr", float("inf")), ("lr", -1.0), ("momentum", -1.0),
-                       ("weight_decay", float("nan")), ("eps", float("nan")),
-                       ("dampening", float("inf")), ("betas", (0.9, 1.5))):
+    for field, bad in (
+        ("lr", 1e39),
+        ("lr", float("inf")),
+        ("lr", -1.0),
+        ("momentum", -1.0),
+        ("weight_decay", float("nan")),
+        ("eps", float("nan")),
+        ("dampening", float("inf")),
+        ("betas", (0.9, 1.5)),
+    ):
         with pytest.raises(ValueError, match=field):
             ddpc.TrainConfig(**{field: bad})
     for cap in (0, -1.0, float("nan"), float("inf"), "5", None, True):
@@ -288,6 +303,7 @@ def test_train_report_lists_gradient_buckets() -> None:
 
 
 # -- train ------------------------------------------------------------------
+
 
 def cross_entropy(model: onnx.ModelProto, x: np.ndarray, y: np.ndarray) -> float:
     (logits,) = ort_run(model, {"input": x})
@@ -338,7 +354,9 @@ def test_train_without_shuffling() -> None:
     rng = np.random.default_rng(3)
     x = rng.random((64, 64), dtype=np.float32)
     y = rng.integers(0, 10, 64).astype(np.int64)
-    config = ddpc.TrainConfig(loss="cross-entropy", optimizer="sgd", lr=0.1, batch_size=16)
+    config = ddpc.TrainConfig(
+        loss="cross-entropy", optimizer="sgd", lr=0.1, batch_size=16
+    )
     prog = ddpc.compile(model, train=config)
     want = cross_entropy(model, x[:16], y[:16])
     for extra in (["--save", "x.onnx"], ["--log-json=l.jsonl"]):
@@ -360,7 +378,9 @@ def test_train_nan_policy() -> None:
     x = rng.random((64, 64), dtype=np.float32)
     x[20, 3] = np.inf  # step 2 of 16-sample batches
     y = rng.integers(0, 10, 64).astype(np.int64)
-    prog = ddpc.compile(model, train=ddpc.TrainConfig(optimizer="sgd", lr=0.1, batch_size=16))
+    prog = ddpc.compile(
+        model, train=ddpc.TrainConfig(optimizer="sgd", lr=0.1, batch_size=16)
+    )
     with pytest.raises(RuntimeError, match="step 2: the loss is nan on rank 0"):
         prog.train(x, y, epochs=1, shuffle=False)
     result = prog.train(x, y, epochs=1, shuffle=False, nan_policy="skip")

@@ -1,6 +1,7 @@
 """End-to-end tests of the training runtime (lib/Runtime/Train*.cpp) with the
 hand-written fixture model of unittests/Runtime/FakeTrainModel.cpp; numpy is
 the oracle. Tests that need mpirun skip when it is absent."""
+
 import json
 import os
 import pathlib
@@ -12,7 +13,15 @@ import time
 import numpy as np
 import pytest
 
-from ddpc_testing import ENV, MPIRUN, MT19937_64, ROOT, UNITTEST_DIR, permutation, weights
+from ddpc_testing import (
+    ENV,
+    MPIRUN,
+    MT19937_64,
+    ROOT,
+    UNITTEST_DIR,
+    permutation,
+    weights,
+)
 
 # The fixture programs are the training main() linked with
 # unittests/Runtime/FakeTrainModel.cpp (softmax regression, SGD with
@@ -24,13 +33,16 @@ F, C = 4, 3  # features, classes
 def fixture_path(name: str = "ddpc-train-fixture") -> str:
     path = UNITTEST_DIR / name
     if not path.exists():
-        pytest.fail(f"{path} not found: build the ddpc-train-fixture* targets "
-                    "(or set DDPC_UNITTEST_DIR)")
+        pytest.fail(
+            f"{path} not found: build the ddpc-train-fixture* targets "
+            "(or set DDPC_UNITTEST_DIR)"
+        )
     return str(path)
 
 
-def run_train(args, ranks=1, program="ddpc-train-fixture", env=None, timeout=60,
-              plain=False):
+def run_train(
+    args, ranks=1, program="ddpc-train-fixture", env=None, timeout=60, plain=False
+):
     """Runs a fixture; ranks > 1 (or plain=False) goes through mpirun."""
     full_env = dict(ENV, **(env or {}))
     cmd = [fixture_path(program), *map(str, args)]
@@ -38,8 +50,9 @@ def run_train(args, ranks=1, program="ddpc-train-fixture", env=None, timeout=60,
         if MPIRUN is None:
             pytest.skip("mpirun not found")
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=full_env)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
 
 
 def initial_params():
@@ -59,8 +72,17 @@ def make_dataset(path: pathlib.Path, n=64, seed=0, label_dtype=np.int64):
     return x, y.astype(np.int64), xp, yp
 
 
-def oracle_train(x, y, global_batch, accum, epochs, seed=0, shuffle=True,
-                 lr=DEFAULT_LR, max_steps=None):
+def oracle_train(
+    x,
+    y,
+    global_batch,
+    accum,
+    epochs,
+    seed=0,
+    shuffle=True,
+    lr=DEFAULT_LR,
+    max_steps=None,
+):
     """The runtime's step loop for FakeTrainModel on one rank, in float64.
     Returns (W, b, running_mean, per-step losses)."""
     w, b = (p.astype(np.float64) for p in initial_params())
@@ -76,7 +98,7 @@ def oracle_train(x, y, global_batch, accum, epochs, seed=0, shuffle=True,
                 return w, b, rmean, losses
             gw, gb, loss = np.zeros_like(w), np.zeros_like(b), 0.0
             for k in range(accum):
-                idx = order[(s * accum + k) * global_batch:][:global_batch]
+                idx = order[(s * accum + k) * global_batch :][:global_batch]
                 xb, yb = x[idx].astype(np.float64), y[idx]
                 logits = xb @ w + b
                 logits -= logits.max(1, keepdims=True)
@@ -117,13 +139,24 @@ def test_single_rank_matches_numpy(tmp_path, shuffle):
     """A plain ./train (MPI singleton) follows the sampler and step loop."""
     x, y, xp, yp = make_dataset(tmp_path, n=70)  # 70 = 17 steps of 4 + 2 dropped
     log = tmp_path / "steps.jsonl"
-    args = ["--data", xp, "--labels", yp, "--epochs", 3, "--save",
-            tmp_path / "t.onnx", "--log-json", log, "--lr", 0.05]
+    args = [
+        "--data",
+        xp,
+        "--labels",
+        yp,
+        "--epochs",
+        3,
+        "--save",
+        tmp_path / "t.onnx",
+        "--log-json",
+        log,
+        "--lr",
+        0.05,
+    ]
     args += ["--shuffle-seed", 11] if shuffle else ["--no-shuffle"]
     proc = run_train(args, plain=True)
     assert_ok(proc)
-    w, b, rmean, losses = oracle_train(x, y, 4, 1, 3, seed=11, shuffle=shuffle,
-                                       lr=0.05)
+    w, b, rmean, losses = oracle_train(x, y, 4, 1, 3, seed=11, shuffle=shuffle, lr=0.05)
     got = weights(tmp_path / "t.onnx")
     assert rel_diff(got["W"], w) < 1e-5
     assert rel_diff(got["b"], b) < 1e-5
@@ -133,7 +166,9 @@ def test_single_rank_matches_numpy(tmp_path, shuffle):
     assert records[17]["epoch"] == 2 and records[16]["epoch"] == 1
     assert abs(records[0]["lr"] - 0.05) < 1e-7
     np.testing.assert_allclose([r["loss"] for r in records], losses, rtol=1e-5)
-    epoch_lines = [l for l in proc.stdout.splitlines() if l.startswith("epoch 3/3  loss")]
+    epoch_lines = [
+        l for l in proc.stdout.splitlines() if l.startswith("epoch 3/3  loss")
+    ]
     assert len(epoch_lines) == 1 and "train-acc" in epoch_lines[0], proc.stdout
 
 
@@ -144,8 +179,11 @@ def test_data_parallel_invariant(tmp_path):
     x, y, xp, yp = make_dataset(tmp_path, n=80)
     common = ["--data", xp, "--labels", yp, "--epochs", 3, "--shuffle-seed", 5]
     runs = {
-        "np2_b4": dict(ranks=2, program="ddpc-train-fixture",
-                       env={"DDPC_FIXTURE_PERTURB_INIT": "1"}),
+        "np2_b4": dict(
+            ranks=2,
+            program="ddpc-train-fixture",
+            env={"DDPC_FIXTURE_PERTURB_INIT": "1"},
+        ),
         "np1_b8": dict(ranks=1, program="ddpc-train-fixture-b8", plain=True),
         "np1_b4_k2": dict(ranks=1, program="ddpc-train-fixture-k2", plain=True),
     }
@@ -164,8 +202,9 @@ def test_data_parallel_invariant(tmp_path):
     assert rel_diff(saved["np2_b4"]["running_mean"], ref["running_mean"]) <= 1e-5
     # 2 ranks with K=2 see the same global batches (16 per step).
     out = tmp_path / "np2_k2.onnx"
-    assert_ok(run_train(common + ["--save", out], ranks=2,
-                        program="ddpc-train-fixture-k2"))
+    assert_ok(
+        run_train(common + ["--save", out], ranks=2, program="ddpc-train-fixture-k2")
+    )
     w16, b16, _, _ = oracle_train(x, y, 8, 2, 3, seed=5)
     got = weights(out)
     assert rel_diff(got["W"], w16) < 1e-5 and rel_diff(got["b"], b16) < 1e-5
@@ -176,17 +215,31 @@ def test_resume_is_bitwise_identical(tmp_path, ranks):
     """20 steps == 10 steps + checkpoint + resume to 20 (crossing an epoch
     boundary: 64 samples / (4 x ranks) steps per epoch)."""
     x, y, xp, yp = make_dataset(tmp_path, n=64)
-    common = ["--data", xp, "--labels", yp, "--epochs", 4, "--shuffle-seed", 3,
-              "--stop-after-steps", 20]
+    common = [
+        "--data",
+        xp,
+        "--labels",
+        yp,
+        "--epochs",
+        4,
+        "--shuffle-seed",
+        3,
+        "--stop-after-steps",
+        20,
+    ]
     plain = ranks == 1
-    assert_ok(run_train(common + ["--save", tmp_path / "full.onnx"], ranks=ranks,
-                        plain=plain))
+    assert_ok(
+        run_train(common + ["--save", tmp_path / "full.onnx"], ranks=ranks, plain=plain)
+    )
     ckpt = tmp_path / "ckpt.bin"
     first = common[:-1] + [10, "--checkpoint", ckpt, "--checkpoint-every", 4]
     assert_ok(run_train(first, ranks=ranks, plain=plain))
     assert ckpt.exists() and not list(tmp_path.glob("ckpt.bin.tmp*"))
-    proc = run_train(common + ["--resume", ckpt, "--save", tmp_path / "resumed.onnx"],
-                     ranks=ranks, plain=plain)
+    proc = run_train(
+        common + ["--resume", ckpt, "--save", tmp_path / "resumed.onnx"],
+        ranks=ranks,
+        plain=plain,
+    )
     assert_ok(proc)
     assert "resumed from" in proc.stdout
     full = weights(tmp_path / "full.onnx")
@@ -205,10 +258,28 @@ def test_resume_is_bitwise_identical(tmp_path, ranks):
 def test_saved_onnx_runs_in_onnxruntime(tmp_path):
     import onnx
     import onnxruntime as ort
+
     x, y, xp, yp = make_dataset(tmp_path, n=48)
     out = tmp_path / "trained.onnx"
-    assert_ok(run_train(["--data", xp, "--labels", yp, "--epochs", 2, "--save", out,
-                         "--val-data", xp, "--val-labels", yp], plain=True))
+    assert_ok(
+        run_train(
+            [
+                "--data",
+                xp,
+                "--labels",
+                yp,
+                "--epochs",
+                2,
+                "--save",
+                out,
+                "--val-data",
+                xp,
+                "--val-labels",
+                yp,
+            ],
+            plain=True,
+        )
+    )
     model = onnx.load(str(out))
     onnx.checker.check_model(model)
     params = weights(out)
@@ -230,7 +301,9 @@ def rank_pids(parent_pid, rank):
     while frontier:
         pid = frontier.pop()
         try:
-            children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            children = (
+                pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            )
         except OSError:
             continue
         for child in map(int, children):
@@ -252,12 +325,28 @@ def test_dead_rank_ends_job(tmp_path, sig):
         pytest.skip("mpirun not found")
     x, y, xp, yp = make_dataset(tmp_path, n=64)
     log = tmp_path / "steps.jsonl"
-    cmd = [MPIRUN, "--oversubscribe", "-np", "2", fixture_path(), "--data", str(xp),
-           "--labels", str(yp), "--epochs", "1000", "--log-json", str(log),
-           "--timeout", "3", "--quiet"]
+    cmd = [
+        MPIRUN,
+        "--oversubscribe",
+        "-np",
+        "2",
+        fixture_path(),
+        "--data",
+        str(xp),
+        "--labels",
+        str(yp),
+        "--epochs",
+        "1000",
+        "--log-json",
+        str(log),
+        "--timeout",
+        "3",
+        "--quiet",
+    ]
     env = dict(ENV, DDPC_FIXTURE_SLEEP_MS="20")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -281,8 +370,11 @@ def test_dead_rank_ends_job(tmp_path, sig):
     if sig == signal.SIGKILL:
         assert "rank 1" in out, out
     else:
-        assert re.search(r"error: rank 0: [a-z ]+ did not complete within 3 s; "
-                         r"a peer rank has probably died", out), out
+        assert re.search(
+            r"error: rank 0: [a-z ]+ did not complete within 3 s; "
+            r"a peer rank has probably died",
+            out,
+        ), out
         assert elapsed < 20
 
 
@@ -294,25 +386,33 @@ def test_bad_inputs_fail_fast(tmp_path, ranks):
         (["--data", tmp_path / "missing.npy", "--labels", yp], "missing.npy"),
         (["--data", xp, "--labels", tmp_path / "short.npy"], "short.npy"),
         (["--data", xp, "--labels", xp], "x0.npy"),
-        (["--data", xp, "--labels", yp, "--lr", "-1"], "--lr must be a finite number >= 0"),
+        (
+            ["--data", xp, "--labels", yp, "--lr", "-1"],
+            "--lr must be a finite number >= 0",
+        ),
         (["--data", xp, "--labels", yp, "--lr", "0x1p-4"], "a finite decimal number"),
         (["--data", xp, "--labels", yp, "--lr", " 0.1"], "a finite decimal number"),
         (["--data", xp, "--labels", yp, "--timeout", "inf"], "a finite decimal number"),
-        (["--data", xp, "--labels", yp, "--save", tmp_path], "is a folder; give a file name"),
+        (
+            ["--data", xp, "--labels", yp, "--save", tmp_path],
+            "is a folder; give a file name",
+        ),
         (["--data", xp, "--labels", yp, "--save", xp / "m.onnx"], "' is not a folder"),
     ]
     for args, needle in cases:
         start = time.time()
-        proc = run_train(args + ["--epochs", 1], ranks=ranks, plain=ranks == 1,
-                         timeout=30)
+        proc = run_train(
+            args + ["--epochs", 1], ranks=ranks, plain=ranks == 1, timeout=30
+        )
         assert proc.returncode != 0
         assert time.time() - start < 20
         errors = [l for l in proc.stderr.splitlines() if l.startswith("error: rank ")]
         assert errors and all(needle in l for l in errors), proc.stderr
         if ranks == 1:
             assert proc.stderr.strip() == errors[0], proc.stderr
-    proc = run_train(["--data", xp, "--labels", tmp_path / "short.npy", "--epochs", 1],
-                     plain=True)
+    proc = run_train(
+        ["--data", xp, "--labels", tmp_path / "short.npy", "--epochs", 1], plain=True
+    )
     assert "expected labels of shape [32]" in proc.stderr
 
 
@@ -322,8 +422,21 @@ def test_label_dtypes_are_converted(tmp_path):
     for dtype in (np.int64, np.int32, np.uint8):
         np.save(tmp_path / "yd.npy", y.astype(dtype))
         out = tmp_path / f"{np.dtype(dtype).name}.onnx"
-        assert_ok(run_train(["--data", xp, "--labels", tmp_path / "yd.npy",
-                             "--epochs", 1, "--save", out], plain=True))
+        assert_ok(
+            run_train(
+                [
+                    "--data",
+                    xp,
+                    "--labels",
+                    tmp_path / "yd.npy",
+                    "--epochs",
+                    1,
+                    "--save",
+                    out,
+                ],
+                plain=True,
+            )
+        )
         outs.append(weights(out)["W"].tobytes())
     assert outs[0] == outs[1] == outs[2]
 
@@ -335,11 +448,25 @@ def test_driver_style_link(tmp_path):
     assert link_file.exists() and archive.exists()
     flags = link_file.read_text().split()
     exe = tmp_path / "train"
-    subprocess.run(["c++", "-O1", "-I", str(ROOT / "include"),
-                    str(ROOT / "unittests" / "Runtime" / "FakeTrainModel.cpp"),
-                    str(archive), *flags, "-lm", "-lpthread", "-o", str(exe)],
-                   check=True, timeout=120)
-    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True,
-                          timeout=30, env=ENV)
+    subprocess.run(
+        [
+            "c++",
+            "-O1",
+            "-I",
+            str(ROOT / "include"),
+            str(ROOT / "unittests" / "Runtime" / "FakeTrainModel.cpp"),
+            str(archive),
+            *flags,
+            "-lm",
+            "-lpthread",
+            "-o",
+            str(exe),
+        ],
+        check=True,
+        timeout=120,
+    )
+    proc = subprocess.run(
+        [str(exe), "--help"], capture_output=True, text=True, timeout=30, env=ENV
+    )
     assert_ok(proc)
     assert "fake_train" in proc.stdout and "--resume" in proc.stdout

@@ -70,8 +70,8 @@ struct CompileOptions {
 struct CompileResult {
   /// (stage name, IR text) in pipeline order: "import", then for training
   /// programs "training", then "fused", then with --target cuda
-  /// "gpu-kernels", "nvvm" and "lowered", else "bufferized" and "lowered". Filled
-  /// when CompileOptions::captureStages is set.
+  /// "gpu-kernels", "nvvm" and "lowered", else "bufferized" and "lowered".
+  /// Filled when CompileOptions::captureStages is set.
   std::vector<std::pair<std::string, std::string>> stages;
   /// The compiler's plan as JSON: inputs, outputs, parameters (bytes),
   /// collectives and their sizes (bytes). Tensors give "dtype" as the NumPy
