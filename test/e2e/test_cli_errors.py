@@ -69,7 +69,7 @@ def test_missing_file(ddpc, tmp_path):
 
 def test_unsupported_op_exit_2(ddpc, tmp_path):
     g = helper.make_graph(
-        [helper.make_node("Hardmax", ["x"], ["y"], name="hm")],
+        [helper.make_node("Unique", ["x"], ["y"], name="hm")],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
@@ -83,7 +83,7 @@ def test_unsupported_op_exit_2(ddpc, tmp_path):
         proc,
         tmp_path / "prog",
         2,
-        "unsupported op 'Hardmax' (node 'hm', domain '', opset 13)",
+        "unsupported op 'Unique' (node 'hm', domain '', opset 13)",
     )
 
 
