@@ -836,6 +836,7 @@ int compile(const CompileOptions &options, std::string &error,
     // The same graph in inference mode, for the evaluation function.
     ImportOptions evalOptions = importOptions;
     evalOptions.trainingMode = false;
+    evalOptions.evalMode = true;
     evalOptions.funcName = "forward_eval";
     evalOptions.initialValues = nullptr;
     OwningOpRef<ModuleOp> evalModule =
@@ -1090,8 +1091,11 @@ int compile(const CompileOptions &options, std::string &error,
   }
   std::string glue;
   if (training) {
-    std::string stripped;
-    if (!stripTrainedInitializers(bytes, trainInfo, stripped, error) ||
+    // --save writes the trained model in inference form (as an export of
+    // model.eval() would be), without the initializers training replaces.
+    std::string inferenceForm = bytes, stripped;
+    toInferenceForm(inferenceForm);
+    if (!stripTrainedInitializers(inferenceForm, trainInfo, stripped, error) ||
         !generateTrainGlue(modelName, trainInfo, options.train, initialValues,
                            stripped, tmpDir, glue, error))
       return kCompileError;

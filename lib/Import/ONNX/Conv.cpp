@@ -192,7 +192,7 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
   if (ctx.hasOutput(1))
     return ctx.unsupported("the Indices output of MaxPool");
-  if (ctx.attrInt("storage_order", 0) != 0)
+  if (ctx.attrFlag("storage_order", false))
     return ctx.unsupported("storage_order=1");
   int64_t rank = x.rank();
   if (rank < 3)
@@ -204,7 +204,7 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
                        "dim");
   SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
   Window win;
-  bool ceilMode = ctx.attrInt("ceil_mode", 0) != 0;
+  bool ceilMode = ctx.attrFlag("ceil_mode", false);
   if (failed(computeWindow(ctx, inSpatial, kernel, ceilMode, win)))
     return failure();
   OpBuilder &b = ctx.builder();
@@ -245,7 +245,7 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
   if (!isMax) {
     // Divisor per output position: window elements inside the input (or
     // inside input + explicit pads with count_include_pad), separable per dim.
-    bool includePad = ctx.attrInt("count_include_pad", 0) != 0;
+    bool includePad = ctx.attrFlag("count_include_pad", false);
     SmallVector<float> divisor(numElements(win.out), 1.0f);
     int64_t stride = numElements(win.out);
     for (int64_t i = 0; i < k; ++i) {

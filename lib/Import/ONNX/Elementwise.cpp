@@ -73,10 +73,12 @@ Value integerDivisionTraps(OpBuilder &b, Location l, Value x, Value y,
   return bad;
 }
 
-/// Integer Div: a run-time check that no element divides by zero (or is
-/// INT_MIN / -1), which trapped (SIGFPE); onnxruntime refuses it too.
+/// Integer Div and Mod: a run-time check that no element divides by zero,
+/// and for Div that none is INT_MIN / -1 (it overflows; onnxruntime refuses
+/// it too). Mod's INT_MIN % -1 is 0, which the safe divisor computes.
 void checkIntegerDivision(NodeContext &ctx, const TValue &x, const TValue &y,
-                          StringRef opName = "Div") {
+                          StringRef opName) {
+  bool zeroOnly = opName == "Mod";
   auto shape = broadcastShapes({x.shape(), y.shape()});
   if (failed(shape))
     return; // importElementwise reports it.
@@ -85,14 +87,18 @@ void checkIntegerDivision(NodeContext &ctx, const TValue &x, const TValue &y,
       ctx.builder(), ctx.loc(), ValueRange{x.value, y.value}, *shape,
       ctx.builder().getI1Type(),
       [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        if (zeroOnly)
+          return arith::CmpIOp::create(b, l, arith::CmpIPredicate::eq, a[1],
+                                       scalarConst(b, l, a[1].getType(), 0));
         return integerDivisionTraps(b, l, a[0], a[1], isUnsigned);
       });
   std::string node = ctx.node.name();
   if (auto name = dyn_cast<NameLoc>(ctx.loc()))
     node = name.getName().str();
   buildCountCheck(ctx.builder(), ctx.loc(), bad,
-                  printableText(("integer division by zero (or INT_MIN / -1) "
-                                 "in " +
+                  printableText(((zeroOnly ? "integer division by zero in "
+                                           : "integer division by zero (or "
+                                             "INT_MIN / -1) in ") +
                                  opName + " node '" + node + "'")
                                     .str()));
 }
@@ -126,8 +132,10 @@ std::optional<APInt> foldIntElement(StringRef op, ArrayRef<APInt> a,
     if (op == "Xor")
       return x ^ y;
     if (op == "Mod") {
-      if (y.isZero() || (!isUnsigned && x.isMinSignedValue() && y.isAllOnes()))
+      if (y.isZero())
         return std::nullopt;
+      if (!isUnsigned && y.isAllOnes())
+        return APInt(x.getBitWidth(), 0); // also INT_MIN % -1
       if (isUnsigned)
         return x.urem(y);
       APInt r = x.srem(y);
@@ -281,7 +289,7 @@ void addSameType(OpRegistry &r, StringRef name, ScalarFn fn,
         }
         if (opName == "Div" && !isFloatDType(ins[0].dtype) &&
             ctx.importer.options.runtimeChecks)
-          checkIntegerDivision(ctx, ins[0], ins[1]);
+          checkIntegerDivision(ctx, ins[0], ins[1], "Div");
         if (variadic && ins.size() > 2) {
           // Fold pairwise: ((a op b) op c) ...
           TValue acc = ins[0];
@@ -659,8 +667,8 @@ LogicalResult importIsInfNaN(NodeContext &ctx) {
   TValue x = ctx.input(0);
   if (!isFloatDType(x.dtype))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
-  bool neg = ctx.attrInt("detect_negative", 1) != 0;
-  bool pos = ctx.attrInt("detect_positive", 1) != 0;
+  bool neg = ctx.attrFlag("detect_negative", true);
+  bool pos = ctx.attrFlag("detect_positive", true);
   ScalarFn fn = [=](OpBuilder &b, Location l, ValueRange a, int32_t,
                     NodeContext &) -> Value {
     Value v = a[0];
@@ -944,6 +952,10 @@ void registerElementwiseOps(OpRegistry &r) {
       [](B &b, L l, V a, int32_t, NodeContext &ctx) -> Value {
         // max(0, x) + min(0, alpha (exp(x / alpha) - 1)).
         double alpha = ctx.attrFloat("alpha", 1.0f);
+        if (alpha == 0) {
+          (void)ctx.invalid("alpha must not be 0 (Celu divides by it)");
+          alpha = 1.0;
+        }
         return expLinear(b, l, a[0], alpha, 1.0 / alpha);
       },
       true);

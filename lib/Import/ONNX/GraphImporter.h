@@ -98,11 +98,19 @@ public:
 
   const onnx::AttributeProto *attr(llvm::StringRef name) const;
   bool hasAttr(llvm::StringRef name) const { return attr(name) != nullptr; }
+  /// Typed reads; a present attribute of another type is an invalid-model
+  /// error (recorded, reported after the node's import) and reads as absent.
   int64_t attrInt(llvm::StringRef name, int64_t dflt) const;
+  /// A 0/1 flag attribute (keepdims, transA, ...); another value is an
+  /// invalid-model error (recorded) and reads as `dflt`.
+  bool attrFlag(llvm::StringRef name, bool dflt) const;
   float attrFloat(llvm::StringRef name, float dflt) const;
   std::string attrString(llvm::StringRef name, llvm::StringRef dflt) const;
   llvm::SmallVector<int64_t> attrInts(llvm::StringRef name) const;
   llvm::SmallVector<float> attrFloats(llvm::StringRef name) const;
+  const onnx::AttributeProto *
+  typedAttr(llvm::StringRef name,
+            onnx::AttributeProto::AttributeType type) const;
 
   /// Defines output `i` of the node.
   void setOutput(int i, TValue v);

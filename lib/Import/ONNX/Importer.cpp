@@ -122,27 +122,75 @@ const onnx::AttributeProto *NodeContext::attr(StringRef name) const {
   return nullptr;
 }
 
-int64_t NodeContext::attrInt(StringRef name, int64_t dflt) const {
+/// AttributeProto.AttributeType as the ONNX spec names it.
+static std::string attributeTypeName(int type) {
+  using A = onnx::AttributeProto;
+  static const std::pair<int, const char *> names[] = {
+      {A::FLOAT, "a float"},
+      {A::INT, "an int"},
+      {A::STRING, "a string"},
+      {A::TENSOR, "a tensor"},
+      {A::GRAPH, "a graph"},
+      {A::FLOATS, "a list of floats"},
+      {A::INTS, "a list of ints"},
+      {A::STRINGS, "a list of strings"},
+      {A::TENSORS, "a list of tensors"},
+      {A::GRAPHS, "a list of graphs"}};
+  for (const auto &[t, name] : names)
+    if (t == type)
+      return name;
+  return "of type " + std::to_string(type);
+}
+
+/// The attribute `name` when it has type `type`. One of another type (a
+/// float where an int is read) records an invalid-model error, which the
+/// node's import reports, and reads as absent: the schema check covers the
+/// ops the ONNX library knows, this the others.
+const onnx::AttributeProto *
+NodeContext::typedAttr(StringRef name,
+                       onnx::AttributeProto::AttributeType type) const {
   const auto *a = attr(name);
+  if (!a || a->type() == type || a->type() == onnx::AttributeProto::UNDEFINED)
+    return a;
+  (void)importer.fail(ImportErrorKind::Invalid,
+                      "invalid model: op " + describe() + ": attribute '" +
+                          name + "' is " + attributeTypeName(a->type()) + "; " +
+                          node.op_type() + " takes " + attributeTypeName(type));
+  return nullptr;
+}
+
+int64_t NodeContext::attrInt(StringRef name, int64_t dflt) const {
+  const auto *a = typedAttr(name, onnx::AttributeProto::INT);
   return a ? a->i() : dflt;
 }
+bool NodeContext::attrFlag(StringRef name, bool dflt) const {
+  const auto *a = typedAttr(name, onnx::AttributeProto::INT);
+  if (!a)
+    return dflt;
+  if (a->i() != 0 && a->i() != 1)
+    (void)importer.fail(ImportErrorKind::Invalid,
+                        "invalid model: op " + describe() + ": attribute '" +
+                            name + "' is " + std::to_string(a->i()) +
+                            "; it must be 0 or 1");
+  return a->i() != 0;
+}
 float NodeContext::attrFloat(StringRef name, float dflt) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::FLOAT);
   return a ? a->f() : dflt;
 }
 std::string NodeContext::attrString(StringRef name, StringRef dflt) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::STRING);
   return a ? a->s() : dflt.str();
 }
 SmallVector<int64_t> NodeContext::attrInts(StringRef name) const {
   SmallVector<int64_t> out;
-  if (const auto *a = attr(name))
+  if (const auto *a = typedAttr(name, onnx::AttributeProto::INTS))
     out.assign(a->ints().begin(), a->ints().end());
   return out;
 }
 SmallVector<float> NodeContext::attrFloats(StringRef name) const {
   SmallVector<float> out;
-  if (const auto *a = attr(name))
+  if (const auto *a = typedAttr(name, onnx::AttributeProto::FLOATS))
     out.assign(a->floats().begin(), a->floats().end());
   return out;
 }
@@ -535,6 +583,30 @@ static std::string onnxTypeName(int32_t dtype) {
                             : dtypeName(dtype);
 }
 
+/// The first opset of the ops ddpc imports that the 1.12 library does not
+/// know (their schemas are newer than opset 17); 0 for the others.
+static int64_t firstOpsetOf(llvm::StringRef op) {
+  if (op.starts_with("Bitwise") || op == "Mish")
+    return 18;
+  if (op == "Gelu")
+    return 20;
+  if (op == "RMSNormalization")
+    return 23;
+  const onnx::OpSchema *newest =
+      onnx::OpSchemaRegistry::Schema(op.str(), 1 << 20, "");
+  if (!newest)
+    return 0;
+  int64_t first = newest->since_version();
+  while (first > 1) {
+    const onnx::OpSchema *older =
+        onnx::OpSchemaRegistry::Schema(op.str(), first - 1, "");
+    if (!older)
+      break;
+    first = older->since_version();
+  }
+  return first;
+}
+
 /// The node's input and output counts against the op's schema for its
 /// opset (the ONNX library's, newest version <= the node's opset): at least
 /// min_input and at most max_input inputs, required (non-optional) inputs
@@ -549,15 +621,50 @@ static LogicalResult checkArity(NodeContext &ctx) {
   int n = node.input_size();
   const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(
       node.op_type(), static_cast<int>(ctx.opset), "");
-  if (!schema)
+  if (!schema) {
+    // An op used before its first opset is not in the model's opset.
+    int64_t first = firstOpsetOf(node.op_type());
+    if (ctx.opset < first)
+      return ctx.invalid(node.op_type() + " is not part of opset " +
+                         Twine(ctx.opset) + " (it was added in opset " +
+                         Twine(first) + ")");
     return n >= 1 && !node.input(0).empty() && node.output_size() >= 1
                ? success()
                : ctx.invalid("needs at least one input and one output");
+  }
   bool exact = ctx.opset <= kNewestLibraryOpset;
-  int maxIn = exact ? schema->max_input() : std::numeric_limits<int>::max();
+  // Attributes: each one the schema lists has the schema's type (Softmax's
+  // axis = 1.5 was read as the default), and required ones are present
+  // (no attribute's type or requiredness changed after opset 17).
+  for (const auto &a : node.attribute()) {
+    auto it = schema->attributes().find(a.name());
+    if (it == schema->attributes().end() ||
+        a.type() == onnx::AttributeProto::UNDEFINED)
+      continue;
+    if (a.type() != it->second.type)
+      return ctx.invalid("attribute '" + a.name() + "' is " +
+                         attributeTypeName(a.type()) + "; " + node.op_type() +
+                         " takes " + attributeTypeName(it->second.type));
+  }
+  for (const auto &[name, formalAttr] : schema->attributes())
+    if (formalAttr.required && !ctx.hasAttr(name))
+      return ctx.invalid("required attribute '" + name + "' is missing");
+  // Past opset 17 only these ops took more inputs (all optional):
+  // Pad's axes and the Reduce ops' axes at 18, DFT's dft_length at 20.
+  int maxIn = schema->max_input();
+  if (!exact) {
+    StringRef op = node.op_type();
+    if (op == "Pad")
+      maxIn = 4;
+    else if (op.starts_with("Reduce"))
+      maxIn = 2;
+    else if (op == "DFT" && ctx.opset >= 20)
+      maxIn = 3;
+  }
   if (n < schema->min_input() || n > maxIn)
     return ctx.invalid("has " + Twine(n) + " input(s); " + node.op_type() +
-                       " (opset " + Twine(schema->since_version()) +
+                       " (opset " +
+                       Twine(exact ? schema->since_version() : ctx.opset) +
                        ") takes " + Twine(schema->min_input()) +
                        (maxIn == schema->min_input() ? std::string()
                         : maxIn == std::numeric_limits<int>::max()
@@ -583,7 +690,7 @@ static LogicalResult checkArity(NodeContext &ctx) {
     return ctx.invalid("has " + Twine(node.output_size()) +
                        " output(s); it needs at least " +
                        Twine(std::max(1, schema->min_output())));
-  if (exact && node.output_size() > schema->max_output())
+  if (node.output_size() > schema->max_output())
     return ctx.invalid("has " + Twine(node.output_size()) +
                        " outputs; it has at most " +
                        Twine(schema->max_output()));

@@ -127,7 +127,8 @@ LogicalResult importGemm(NodeContext &ctx) {
     return ctx.invalid("Gemm inputs must be 2-D");
   if (a.dtype != b.dtype)
     return ctx.invalid("A and B have different dtypes");
-  bool transA = ctx.attrInt("transA", 0), transB = ctx.attrInt("transB", 0);
+  bool transA = ctx.attrFlag("transA", false),
+       transB = ctx.attrFlag("transB", false);
   int64_t k1 = transA ? a.shape()[0] : a.shape()[1];
   int64_t k2 = transB ? b.shape()[1] : b.shape()[0];
   if (k1 != k2)

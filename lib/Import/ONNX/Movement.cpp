@@ -51,6 +51,13 @@ LogicalResult importSplit(NodeContext &ctx) {
   int64_t axis = *axisOr, n = x.shape()[axis];
   int64_t outs = ctx.numOutputs();
   SmallVector<int64_t> sizes;
+  if (ctx.hasAttr("num_outputs") &&
+      (ctx.opset < 18 || ctx.hasInput(1) || ctx.hasAttr("split")))
+    return ctx.invalid(ctx.opset < 18
+                           ? "num_outputs is an attribute of Split from opset "
+                             "18 on"
+                           : "give either the 'split' input or num_outputs, "
+                             "not both");
   if (ctx.opset >= 13 && ctx.hasInput(1)) {
     auto s = ctx.constIntsInput(1);
     if (failed(s))
@@ -64,6 +71,10 @@ LogicalResult importSplit(NodeContext &ctx) {
       return ctx.invalid("num_outputs " + Twine(k) + " but the node has " +
                          Twine(outs) + " outputs");
     int64_t part = (n + k - 1) / k;
+    if (n > 0 && part * (k - 1) > n)
+      return ctx.invalid("num_outputs " + Twine(k) + " parts of " +
+                         Twine(part) + " (ceil(" + Twine(n) + " / " + Twine(k) +
+                         ")) leave a negative last part");
     for (int64_t i = 0, left = n; i < k; ++i, left -= part)
       sizes.push_back(std::max<int64_t>(std::min(part, left), 0));
   } else {
@@ -124,6 +135,8 @@ LogicalResult importPad(NodeContext &ctx) {
       auto n = normalizeAxis(v, rank);
       if (failed(n))
         return ctx.invalid("axis " + Twine(v) + " out of range");
+      if (llvm::is_contained(axes, *n))
+        return ctx.invalid("axis " + Twine(*n) + " appears twice in axes");
       axes.push_back(*n);
     }
   } else {
@@ -317,7 +330,7 @@ LogicalResult importTrilu(NodeContext &ctx) {
       return ctx.invalid("k must be one integer");
     k = (*kv)[0];
   }
-  bool upper = ctx.attrInt("upper", 1) != 0;
+  bool upper = ctx.attrFlag("upper", true);
   int64_t rank = x.rank();
   Value r = buildElementwise(
       ctx.builder(), ctx.loc(), x.value, x.shape(), x.elementType(),

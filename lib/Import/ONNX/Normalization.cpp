@@ -121,17 +121,57 @@ LogicalResult checkPerChannel(NodeContext &ctx, int i, const TValue &x) {
 }
 
 LogicalResult importBatchNormTraining(NodeContext &ctx);
+void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
+               double eps, Value &centered, Value &mean, Value &invStd,
+               Value *varOut = nullptr);
 
-LogicalResult importBatchNorm(NodeContext &ctx) {
-  if (ctx.attrInt("training_mode", 0) != 0 || ctx.importer.options.trainingMode)
-    return importBatchNormTraining(ctx);
-  if (ctx.opset < 9 && ctx.attrInt("spatial", 1) == 0)
-    return ctx.unsupported("spatial=0");
-  if (ctx.opset < 7 && ctx.hasAttr("is_test") && ctx.attrInt("is_test", 0) == 0)
-    return ctx.unsupported("is_test=0 (training)");
+/// Whether the node is in training mode as its flags say: training_mode=1
+/// from opset 14, the outputs past Y before it (BatchNormalization-9's
+/// "output case #1"; PyTorch's training-mode exports write them).
+static bool batchNormFlagsTrain(NodeContext &ctx) {
+  if (ctx.opset >= 14)
+    return ctx.attrFlag("training_mode", false);
   for (int i = 1; i < ctx.numOutputs(); ++i)
     if (ctx.hasOutput(i))
-      return ctx.unsupported("running-statistics outputs (training mode)");
+      return true;
+  return false;
+}
+
+/// The batch mean and biased variance of x per channel, [C] each: the
+/// saved_mean and saved_var outputs before opset 14.
+static std::pair<Value, Value> batchStatistics(NodeContext &ctx,
+                                               const TValue &x) {
+  SmallVector<int64_t> axes{0};
+  for (int64_t d = 2; d < x.rank(); ++d)
+    axes.push_back(d);
+  Value centered, mean, invStd, var;
+  normalize(ctx.builder(), ctx.loc(), x.value, axes, 0.0, centered, mean,
+            invStd, &var);
+  int64_t c = x.shape()[1];
+  return {buildReshape(ctx.builder(), ctx.loc(), mean, {c}),
+          buildReshape(ctx.builder(), ctx.loc(), var, {c})};
+}
+
+/// BatchNormalization, opsets 1-15. Training programs decide the mode
+/// (ImportOptions): forward_train normalizes with batch statistics,
+/// forward_eval with the running ones, whatever the exporter's flags say;
+/// inference programs do what the flags say (the ONNX spec). Every
+/// optional output is defined in both modes: in inference the running
+/// statistics pass through unchanged and saved_mean/saved_var are the
+/// batch's.
+LogicalResult importBatchNorm(NodeContext &ctx) {
+  const ImportOptions &options = ctx.importer.options;
+  bool flagsTrain = batchNormFlagsTrain(ctx);
+  if (options.trainingMode || (flagsTrain && !options.evalMode))
+    return importBatchNormTraining(ctx);
+  if (ctx.opset < 9 && !ctx.attrFlag("spatial", true))
+    return ctx.unsupported("spatial=0");
+  if (ctx.opset < 7 && ctx.hasAttr("is_test") &&
+      !ctx.attrFlag("is_test", false))
+    return ctx.unsupported("is_test=0 (training)");
+  if (ctx.opset >= 14 && !flagsTrain && ctx.numOutputs() > 1)
+    return ctx.invalid("with training_mode=0 it has one output, not " +
+                       Twine(ctx.numOutputs()));
   TValue x = ctx.input(0);
   if (!isFloatDType(x.dtype))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
@@ -171,6 +211,16 @@ LogicalResult importBatchNorm(NodeContext &ctx) {
             nb, l, arith::MulFOp::create(nb, l, n, a[1]), a[2]);
       });
   ctx.setOutput(0, {r, x.dtype});
+  // Inference of a node with training outputs (forward_eval): the running
+  // statistics are not updated; the batch statistics are computed only if
+  // something reads them.
+  ctx.setOutput(1, ctx.input(3));
+  ctx.setOutput(2, ctx.input(4));
+  if (ctx.hasOutput(3) || ctx.hasOutput(4)) {
+    auto [bm, bv] = batchStatistics(ctx, x);
+    ctx.setOutput(3, {bm, x.dtype});
+    ctx.setOutput(4, {bv, x.dtype});
+  }
   return success();
 }
 
@@ -178,7 +228,7 @@ LogicalResult importBatchNorm(NodeContext &ctx) {
 /// the last two with the reduced dims kept as size 1.
 void normalize(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
                double eps, Value &centered, Value &mean, Value &invStd,
-               Value *varOut = nullptr) {
+               Value *varOut) {
   auto t = cast<RankedTensorType>(x.getType());
   Type elem = t.getElementType();
   int64_t count = 1;
@@ -342,6 +392,9 @@ LogicalResult importBatchNormTraining(NodeContext &ctx) {
   Value runMean = running(3, mean1), runVar = running(4, var1);
   ctx.setOutput(1, {runMean, x.dtype});
   ctx.setOutput(2, {runVar, x.dtype});
+  // Before opset 14: saved_mean and saved_var, the batch statistics.
+  ctx.setOutput(3, {mean1, x.dtype});
+  ctx.setOutput(4, {var1, x.dtype});
   // Training programs return the new running statistics of buffer inputs.
   for (auto [idx, v] : {std::pair<int, Value>{3, runMean}, {4, runVar}})
     if (ctx.importer.bufferNames.contains(ctx.node.input(idx)))
@@ -623,7 +676,10 @@ LogicalResult buildNLL(NodeContext &ctx, Value logp, int32_t dtype,
                           });
   };
   Value total = sumAll(loss);
-  if (reduction == "mean") {
+  // The mean over no elements is 0 (onnxruntime; all elements ignored
+  // stays 0 / 0 = NaN, as there and in PyTorch).
+  bool empty = llvm::is_contained(target.shape(), int64_t(0));
+  if (reduction == "mean" && !empty) {
     Value w = buildElementwise(b, loc, target.value, target.shape(), elem,
                                [&](OpBuilder &nb, Location l, ValueRange a) {
                                  return weightAt(nb, l, a[0]);

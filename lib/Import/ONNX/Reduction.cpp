@@ -61,14 +61,14 @@ LogicalResult importReduce(NodeContext &ctx, Kind kind) {
     axes = ctx.attrInts("axes");
     axesGiven = true;
   }
-  bool keepDims = ctx.attrInt("keepdims", 1) != 0;
+  bool keepDims = ctx.attrFlag("keepdims", true);
   (void)axesGiven;
   // noop_with_empty_axes=1 with no axes (attribute absent, input omitted or
   // empty) reduces nothing, but the element function of the op still
   // applies (ONNX reference: np.sum(np.square(x), axis=())): X for Sum,
   // Mean, Max, Min, Prod and LogSumExp, X^2, |X|, sqrt(X^2) and log(X) for
   // SumSquare, L1, L2 and LogSum.
-  bool noop = axes.empty() && ctx.attrInt("noop_with_empty_axes", 0) != 0;
+  bool noop = axes.empty() && ctx.attrFlag("noop_with_empty_axes", false);
   if (axes.empty() && !noop)
     for (int64_t i = 0; i < rank; ++i)
       axes.push_back(i);
@@ -251,8 +251,8 @@ LogicalResult importArgExtreme(NodeContext &ctx, bool isMax,
     return ctx.invalid("axis " + Twine(axis) + " is empty");
   if (x.dtype == kBool)
     return ctx.unsupported("bool input");
-  bool keepDims = forced || ctx.attrInt("keepdims", 1) != 0;
-  bool last = !forced && ctx.attrInt("select_last_index", 0) != 0;
+  bool keepDims = forced || ctx.attrFlag("keepdims", true);
+  bool last = !forced && ctx.attrFlag("select_last_index", false);
   Type elem = x.elementType();
   bool isF = isa<FloatType>(elem);
   bool isU = isUnsignedDType(x.dtype);
@@ -346,8 +346,8 @@ LogicalResult importCumSum(NodeContext &ctx) {
   int64_t axis = *axisOr;
   if (x.dtype == kBool)
     return ctx.unsupported("bool input");
-  bool exclusive = ctx.attrInt("exclusive", 0) != 0;
-  bool reverse = ctx.attrInt("reverse", 0) != 0;
+  bool exclusive = ctx.attrFlag("exclusive", false);
+  bool reverse = ctx.attrFlag("reverse", false);
   MLIRContext *mctx = &ctx.importer.context;
   SmallVector<AffineExpr> xExprs;
   for (int64_t d = 0; d < rank; ++d)
@@ -403,19 +403,33 @@ LogicalResult importTopK(NodeContext &ctx) {
   if (k < 0 || k > n)
     return ctx.invalid("K = " + Twine(k) + " is outside [0, " + Twine(n) +
                        "] (axis " + Twine(axis) + ")");
-  bool largest = ctx.attrInt("largest", 1) != 0;
+  bool largest = ctx.attrFlag("largest", true);
   Type elem = x.elementType();
   bool isF = isa<FloatType>(elem), isU = isUnsignedDType(x.dtype);
   OpBuilder &b = ctx.builder();
   Location loc = ctx.loc();
   MLIRContext *mctx = &ctx.importer.context;
+  // The order: NaN above every number (onnxruntime's TopK: first when
+  // largest, never picked before a number when smallest), NaNs equal.
+  auto isNaN = [](OpBuilder &nb, Location l, Value u) -> Value {
+    return arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO, u, u);
+  };
   auto before = [&](OpBuilder &nb, Location l, Value u, Value v) -> Value {
     // u comes before v in the order.
-    if (isF)
-      return arith::CmpFOp::create(nb, l,
-                                   largest ? arith::CmpFPredicate::OGT
-                                           : arith::CmpFPredicate::OLT,
-                                   u, v);
+    if (isF) {
+      Value cmp = arith::CmpFOp::create(nb, l,
+                                        largest ? arith::CmpFPredicate::OGT
+                                                : arith::CmpFPredicate::OLT,
+                                        u, v);
+      Value nanU = isNaN(nb, l, u), nanV = isNaN(nb, l, v);
+      Value t = arith::ConstantIntOp::create(nb, l, nb.getI1Type(), 1);
+      Value nanFirst =
+          largest ? arith::AndIOp::create(nb, l, nanU,
+                                          arith::XOrIOp::create(nb, l, nanV, t))
+                  : arith::AndIOp::create(
+                        nb, l, nanV, arith::XOrIOp::create(nb, l, nanU, t));
+      return arith::OrIOp::create(nb, l, cmp, nanFirst);
+    }
     return arith::CmpIOp::create(
         nb, l,
         largest ? (isU ? arith::CmpIPredicate::ugt : arith::CmpIPredicate::sgt)
@@ -424,7 +438,9 @@ LogicalResult importTopK(NodeContext &ctx) {
   };
   auto equal = [&](OpBuilder &nb, Location l, Value u, Value v) -> Value {
     if (isF)
-      return arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, u, v);
+      return arith::OrIOp::create(
+          nb, l, arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, u, v),
+          arith::AndIOp::create(nb, l, isNaN(nb, l, u), isNaN(nb, l, v)));
     return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, u, v);
   };
   Type i64 = b.getI64Type();

@@ -115,7 +115,7 @@ LogicalResult importReshape(NodeContext &ctx) {
     spec = *s;
   }
   auto shape = reshapeTarget(ctx, inputShape(ctx, 0), spec,
-                             ctx.attrInt("allowzero", 0) != 0);
+                             ctx.attrFlag("allowzero", false));
   if (failed(shape))
     return failure();
   return setReshaped(ctx, *shape);
@@ -609,6 +609,10 @@ LogicalResult importRange(NodeContext &ctx) {
   double start = asDouble(c[0]), limit = asDouble(c[1]), delta = asDouble(c[2]);
   if (delta == 0)
     return ctx.invalid("delta is 0");
+  if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+    return ctx.invalid("start, limit and delta must be finite (got " +
+                       std::to_string(start) + ", " + std::to_string(limit) +
+                       ", " + std::to_string(delta) + ")");
   double count = std::ceil((limit - start) / delta);
   if (!(count < 1e8))
     return ctx.invalid("Range of more than 10^8 elements");
@@ -832,7 +836,11 @@ LogicalResult importDropoutTraining(NodeContext &ctx, double ratio) {
 
 /// Dropout in inference mode is the identity; the optional mask is all true.
 LogicalResult importDropout(NodeContext &ctx) {
-  if (ctx.opset >= 12 && ctx.hasInput(2)) {
+  // training_mode=true: training programs decide per function (forward_eval
+  // reads it as inference, ImportOptions::evalMode).
+  const ImportOptions &options = ctx.importer.options;
+  if (ctx.opset >= 12 && ctx.hasInput(2) && !options.trainingMode &&
+      !options.evalMode) {
     auto training = ctx.constIntsInput(2);
     if (failed(training))
       return failure();
@@ -844,9 +852,10 @@ LogicalResult importDropout(NodeContext &ctx) {
     }
     if (!training->empty() && (*training)[0] != 0 && !zeroRatio)
       return ctx.unsupported("training_mode=true (random masks) in inference "
-                             "programs");
+                             "programs; export the model in eval mode "
+                             "(model.eval()) or compile it with --train");
   }
-  if (ctx.opset < 7 && ctx.attrInt("is_test", 0) == 0)
+  if (ctx.opset < 7 && !ctx.attrFlag("is_test", false))
     return ctx.unsupported("is_test=0 (training mode)");
   if (ctx.importer.options.trainingMode) {
     // Training programs would need a random mask from a seeded generator;

@@ -59,6 +59,13 @@ struct ImportOptions {
   /// extra results with `ddpc.role = "buffer_update"` (named after the
   /// buffer). Needs `parameterize`.
   bool trainingMode = false;
+  /// The evaluation function of a training program (model.eval()): nodes
+  /// whose flags ask for training, as torch.onnx.export(training=TRAINING)
+  /// writes them (BatchNormalization's training_mode=1 or, before opset 14,
+  /// its training outputs; Dropout's training_mode=true), compute as in
+  /// inference, their extra outputs still defined. Without it and without
+  /// trainingMode, the flags decide, as the ONNX spec says.
+  bool evalMode = false;
   /// When set (with `parameterize`), receives the initial value of every
   /// parameter and buffer argument as dense little-endian bytes, by name.
   std::map<std::string, std::string> *initialValues = nullptr;
@@ -99,6 +106,13 @@ void registerImportDialects(mlir::DialectRegistry &registry);
 /// exponent) one constant copy `<name>.constant`. Rewrites `modelBytes` (a
 /// serialized ModelProto) only when something changed.
 void separateInitializerRoles(std::string &modelBytes);
+
+/// Rewrites a training-mode export (`modelBytes`, a serialized ModelProto)
+/// into the form an eval-mode export has, for the trained model a training
+/// program writes: BatchNormalization loses training_mode and its training
+/// outputs (unless something reads them), Dropout its training_mode input
+/// (InferenceForm.cpp). Unchanged when nothing is flagged.
+void toInferenceForm(std::string &modelBytes);
 
 /// The ONNX op types (default domain) that the importer registers, sorted.
 std::vector<std::string> supportedONNXOpTypes();
