@@ -40,5 +40,12 @@ int64_t sliceBegin(int64_t step, int64_t micro, int64_t rank, int64_t batch,
   return (step * accum + micro) * batch * world + rank * batch;
 }
 
+int64_t samplePosition(int64_t step, int64_t micro, int64_t rank, int64_t row,
+                       int64_t batch, int64_t world, int64_t accum,
+                       bool strided) {
+  int64_t micro0 = (step * accum + micro) * batch * world;
+  return strided ? micro0 + row * world + rank : micro0 + rank * batch + row;
+}
+
 } // namespace runtime
 } // namespace ddpc

@@ -139,6 +139,12 @@ struct Options {
   int64_t stopAfter = -1;
   /// What a non-finite loss or gradient norm does (--nan-policy).
   enum class NanPolicy { Stop, Skip, Ignore } nanPolicy = NanPolicy::Stop;
+  /// --sample-assignment strided: rank r takes rows r, r + world, ... of
+  /// each global batch (torch's DistributedSampler) instead of a slice.
+  bool strided = false;
+  /// --buffer-sync broadcast: after each step every rank takes rank 0's
+  /// buffers (DDP's broadcast_buffers) instead of their mean over ranks.
+  bool broadcastBuffers = false;
   double timeout = 30;
   bool quiet = false;
   bool help = false;
@@ -161,6 +167,16 @@ void printUsage(const char *prog) {
       "  --shuffle-seed S        sampler seed (default 0); epoch e uses seed "
       "S+e\n"
       "  --no-shuffle            visit samples in file order\n"
+      "  --sample-assignment A   contiguous (default: rank r takes the r-th "
+      "slice of\n"
+      "                          each global batch) or strided (rows r, "
+      "r + world, ...,\n"
+      "                          as torch's DistributedSampler deals them)\n"
+      "  --buffer-sync S         BatchNorm running statistics after each "
+      "step: average\n"
+      "                          (default: their mean over ranks) or "
+      "broadcast (rank\n"
+      "                          0's, as DDP's broadcast_buffers)\n"
       "  --lr LR                 learning rate (default %g)\n"
       "  --save FILE.onnx        write the trained model at the end (rank 0)\n"
       "  --checkpoint FILE       write a checkpoint every --checkpoint-every "
@@ -291,6 +307,16 @@ Options parseOptions(int argc, char **argv) {
       else
         fatalError("invalid value '" + v +
                    "' for --nan-policy (stop, skip or ignore)");
+    } else if (matchOption("--sample-assignment", argc, argv, i, v)) {
+      if (v != "contiguous" && v != "strided")
+        fatalError("invalid value '" + v +
+                   "' for --sample-assignment (contiguous or strided)");
+      o.strided = v == "strided";
+    } else if (matchOption("--buffer-sync", argc, argv, i, v)) {
+      if (v != "average" && v != "broadcast")
+        fatalError("invalid value '" + v +
+                   "' for --buffer-sync (average or broadcast)");
+      o.broadcastBuffers = v == "broadcast";
     } else if (matchOption("--timeout", argc, argv, i, v)) {
       o.timeout = parseDouble("--timeout", v);
       if (o.timeout <= 0)
@@ -538,10 +564,10 @@ public:
 
   BatchPrefetcher(const Dataset &ds, int64_t B, int64_t K, int rank, int world,
                   int64_t stepsPerEpoch, uint64_t seed, bool shuffle,
-                  int64_t epoch, int64_t step)
+                  bool strided, int64_t epoch, int64_t step)
       : ds(ds), B(B), K(K), rank(rank), world(world),
         stepsPerEpoch(stepsPerEpoch), seed(seed), shuffle(shuffle),
-        epoch(epoch), step(step) {
+        strided(strided), epoch(epoch), step(step) {
     xBytes = static_cast<size_t>(B) * ds.rowBytes();
     yBytes = static_cast<size_t>(B * ds.labelElems) * ds.labelItem;
     for (Slot &slot : slots) {
@@ -610,10 +636,11 @@ private:
             return;
         }
         Slot &slot = slots[produced % kSlots];
-        int64_t begin = sliceBegin(step, k, rank, B, world, K);
         for (int64_t j = 0; j < B; ++j)
-          gatherRow(ds, order[begin + j], j, static_cast<uint8_t *>(slot.x),
-                    static_cast<uint8_t *>(slot.y));
+          gatherRow(
+              ds, order[samplePosition(step, k, rank, j, B, world, K, strided)],
+              j, static_cast<uint8_t *>(slot.x),
+              static_cast<uint8_t *>(slot.y));
         {
           std::lock_guard<std::mutex> lock(mutex);
           ++produced;
@@ -632,7 +659,7 @@ private:
   const int rank, world;
   const int64_t stepsPerEpoch;
   const uint64_t seed;
-  const bool shuffle;
+  const bool shuffle, strided;
   int64_t epoch, step; // the producer's position
   size_t xBytes = 0, yBytes = 0;
   Slot slots[kSlots];
@@ -1117,7 +1144,8 @@ int run(int argc, char **argv) {
   int64_t epochSamplesHere = 0; // samples processed by this process in epoch
 
   BatchPrefetcher prefetcher(train, B, K, rank, world, stepsPerEp, pos.seed,
-                             pos.shuffle != 0, pos.epoch, pos.stepInEpoch);
+                             pos.shuffle != 0, opt.strided, pos.epoch,
+                             pos.stepInEpoch);
   while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
     Clock::time_point stepStart = Clock::now();
     const int cbAtStart = cb; // buffers to return to if the step is skipped
@@ -1164,10 +1192,11 @@ int run(int argc, char **argv) {
       if (const char *msg = ddpc_rt_take_error()) {
         std::vector<int64_t> order =
             epochOrder(train.n, pos.seed, pos.epoch, pos.shuffle != 0);
-        int64_t begin = sliceBegin(pos.stepInEpoch, k, rank, B, world, K);
         std::string rows;
         for (int64_t j = 0; j < B && j < 16; ++j)
-          rows += (j ? ", " : "") + std::to_string(order[begin + j]);
+          rows += (j ? ", " : "") +
+                  std::to_string(order[samplePosition(
+                      pos.stepInEpoch, k, rank, j, B, world, K, opt.strided)]);
         fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg +
                    "; the micro-batch holds samples " + rows +
                    (B > 16 ? ", ..." : "") + " of " + opt.data);
@@ -1282,6 +1311,11 @@ int run(int argc, char **argv) {
     if (world > 1 && !skipped) {
       for (int32_t i = 0; i < Bf; ++i) {
         float *b = bufferSets[cb].tensors[i].f();
+        if (opt.broadcastBuffers) {
+          broadcastBytes(b, buffers[i].numel * sizeof(float),
+                         "broadcast of buffers");
+          continue;
+        }
         allreduceSum(b, buffers[i].numel, "allreduce of buffers");
         for (int64_t e = 0; e < buffers[i].numel; ++e)
           b[e] /= static_cast<float>(world);

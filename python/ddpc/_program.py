@@ -406,7 +406,10 @@ class Program:
             extra_args: more command-line arguments for the program, e.g.
                 ``["--lr", "0.05"]``, ``["--timeout", "120"]``; see
                 ``./train --help``. ``--no-shuffle`` or ``--shuffle-seed``
-                here take the place of ``shuffle``/``shuffle_seed``.
+                here take the place of ``shuffle``/``shuffle_seed``;
+                ``["--sample-assignment", "strided", "--buffer-sync",
+                "broadcast"]`` reproduces DistributedDataParallel with
+                ``DistributedSampler`` (README).
             timeout: seconds before the run is killed (None: no limit).
             nan_policy: what a non-finite loss (on any rank) or gradient
                 norm does (``--nan-policy``): ``"stop"`` raises

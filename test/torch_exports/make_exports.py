@@ -15,7 +15,8 @@ For each model it writes, next to this file:
   NAME.json         PyTorch's per-step losses: {"sgd": [...], "adamw": [...]}
                     of STEPS steps at global batch BATCH over x in file order,
                     and eval_y, the eval-mode outputs on eval_x after the SGD
-                    run (float lists)
+                    run (float lists); "ddp2" the same of SGD under
+                    DistributedDataParallel at 2 ranks (gloo)
 
 Sizes are small so the test compiles and trains each form in seconds.
 """
@@ -108,6 +109,61 @@ def train(model, x, y, opt_name):
     return model, losses
 
 
+def _ddp_worker(rank, world, model, x, y, port, out):
+    """One rank of DistributedDataParallel (gloo): DistributedSampler's
+    assignment without shuffling (rank r takes samples r, r + world, ...),
+    BATCH / world per rank, SGD; rank 0 records the mean of the ranks'
+    losses per step and its eval-mode outputs at the end (DDP broadcasts
+    rank 0's BatchNorm buffers)."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    ddp = nn.parallel.DistributedDataParallel(copy.deepcopy(model))
+    ddp.train()
+    opt = torch.optim.SGD(ddp.parameters(), **SGD)
+    idx = np.arange(rank, len(x), world)  # DistributedSampler(shuffle=False)
+    b = BATCH // world
+    losses = []
+    for s in range(STEPS):
+        rows = idx[s * b : (s + 1) * b]
+        loss = nn.functional.cross_entropy(
+            ddp(torch.from_numpy(x[rows])), torch.from_numpy(y[rows])
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(float(mean) / world)
+    if rank == 0:
+        ddp.module.eval()
+        with torch.no_grad():
+            eval_y = ddp.module(torch.from_numpy(out["eval_x"])).numpy()
+        np.savez(out["path"], losses=np.array(losses), eval_y=eval_y)
+    dist.destroy_process_group()
+
+
+def train_ddp(model, x, y, eval_x, world=2):
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/ddp.npz"
+        port = 29500 + int(np.random.default_rng().integers(0, 1000))
+        mp.spawn(
+            _ddp_worker,
+            args=(world, model, x, y, port, {"eval_x": eval_x, "path": path}),
+            nprocs=world,
+        )
+        r = np.load(path)
+        return r["losses"].tolist(), r["eval_y"].tolist()
+
+
 def main():
     torch.manual_seed(0)
     for name, (cls, shape, classes) in MODELS.items():
@@ -123,6 +179,7 @@ def main():
         np.savez(HERE / f"{name}.npz", x=x, y=y, eval_x=eval_x)
         trained, sgd = train(model, x, y, "sgd")
         _, adamw = train(model, x, y, "adamw")
+        ddp_losses, ddp_eval_y = train_ddp(model, x, y, eval_x)
         trained.eval()
         with torch.no_grad():
             eval_y = trained(torch.from_numpy(eval_x)).numpy()
@@ -134,6 +191,8 @@ def main():
             "adamw_options": {**ADAMW, "betas": list(ADAMW["betas"])},
             "losses": {"sgd": sgd, "adamw": adamw},
             "eval_y": eval_y.tolist(),
+            # 2 ranks of DistributedDataParallel, SGD, BATCH / 2 per rank.
+            "ddp2": {"losses": ddp_losses, "eval_y": ddp_eval_y},
         }
         (HERE / f"{name}.json").write_text(json.dumps(ref, indent=1) + "\n")
         print(f"{name}: sgd {sgd[0]:.4f} -> {sgd[-1]:.4f}")

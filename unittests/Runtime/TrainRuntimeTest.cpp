@@ -57,6 +57,28 @@ TEST(Sampler, Slices) {
   EXPECT_EQ(sliceBegin(1, 2, 1, 4, 2, 3), 44);
 }
 
+// Strided assignment deals samples as torch's DistributedSampler does:
+// 16 samples, 2 ranks, no shuffle: rank 1 sees 1, 3, 5, ..., 15, so its
+// second batch of 4 is 9, 11, 13, 15. Either assignment covers the same
+// global batch.
+TEST(Sampler, StridedAssignment) {
+  const int64_t expected[] = {9, 11, 13, 15};
+  for (int64_t j = 0; j < 4; ++j)
+    EXPECT_EQ(samplePosition(1, 0, 1, j, 4, 2, 1, true), expected[j]);
+  for (int64_t j = 0; j < 4; ++j)
+    EXPECT_EQ(samplePosition(1, 2, 1, j, 4, 2, 3, false),
+              sliceBegin(1, 2, 1, 4, 2, 3) + j);
+  std::vector<int64_t> contiguous, strided;
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < 5; ++j) {
+      contiguous.push_back(samplePosition(2, 1, r, j, 5, 3, 2, false));
+      strided.push_back(samplePosition(2, 1, r, j, 5, 3, 2, true));
+    }
+  std::sort(contiguous.begin(), contiguous.end());
+  std::sort(strided.begin(), strided.end());
+  EXPECT_EQ(contiguous, strided);
+}
+
 // Tests the varint encoding against hand-computed bytes.
 TEST(OnnxWriter, Varints) {
   std::vector<uint8_t> out;

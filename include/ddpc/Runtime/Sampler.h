@@ -15,7 +15,10 @@
 //
 // * Global batch G = B * world; an optimizer step consumes K micro-batches.
 //   Micro-batch k of step s of an epoch covers perm[(s*K + k)*G, +G), and
-//   rank r takes the slice [r*B, (r+1)*B) of it.
+//   rank r takes the slice [r*B, (r+1)*B) of it (contiguous, the default),
+//   or with strided assignment its rows r, r + world, r + 2*world, ... (as
+//   torch's DistributedSampler deals samples: without shuffling, rank r
+//   sees samples r, r + world, ...). The global batch is the same set.
 // * Steps per epoch = floor(N / (G*K)); the trailing partial global batch is
 //   dropped, so every rank runs the same number of steps and the samples seen
 //   depend only on G*K, not on how it is split into ranks and micro-batches.
@@ -57,6 +60,12 @@ int64_t stepsPerEpoch(int64_t n, int64_t batch, int64_t world, int64_t accum);
 /// micro-batch `micro` of step `step`.
 int64_t sliceBegin(int64_t step, int64_t micro, int64_t rank, int64_t batch,
                    int64_t world, int64_t accum);
+/// Index into the epoch order of row `row` (< batch) of rank `rank`'s
+/// micro-batch `micro` of step `step`: contiguous or strided assignment
+/// (see the file comment).
+int64_t samplePosition(int64_t step, int64_t micro, int64_t rank, int64_t row,
+                       int64_t batch, int64_t world, int64_t accum,
+                       bool strided);
 
 } // namespace runtime
 } // namespace ddpc
