@@ -34,7 +34,9 @@ def reference(name):
     return json.loads((EXPORTS / f"{name}.json").read_text())
 
 
-def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args):
+def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1):
+    """Trains the export with ddpc at the reference's global batch over
+    `ranks` ranks; returns (ddpc's losses, PyTorch's 1-rank losses, stdout)."""
     ref = reference(name)
     data = np.load(EXPORTS / f"{name}.npz")
     np.save(tmp_path / "x.npy", data["x"])
@@ -50,15 +52,17 @@ def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args):
     prog = tmp_path / "prog"
     proc = subprocess.run(
         [ddpc, "compile", str(EXPORTS / f"{name}.{form}.onnx"), "--train"]
-        + ["--batch-size", str(ref["batch"]), *flags, "-o", str(prog)],
+        + ["--batch-size", str(ref["batch"] // ranks), *flags, "-o", str(prog)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     log = tmp_path / "log.json"
+    mpi = [MPIRUN, "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []
     proc = subprocess.run(
-        [str(prog), "--data", str(tmp_path / "x.npy"), "--labels"]
+        mpi
+        + [str(prog), "--data", str(tmp_path / "x.npy"), "--labels"]
         + [str(tmp_path / "y.npy"), "--epochs", "1", "--no-shuffle", "--quiet"]
         + ["--log-json", str(log), "--save", str(tmp_path / "trained.onnx")]
         + list(run_args),
@@ -181,34 +185,8 @@ def test_two_ranks_reproduce_distributed_data_parallel(ddpc, tmp_path, name, for
     options by 6.9e-8 and 8.4e-4.)"""
     ref = reference(name)
     data = np.load(EXPORTS / f"{name}.npz")
-    np.save(tmp_path / "x.npy", data["x"])
-    np.save(tmp_path / "y.npy", data["y"])
-    o = ref["sgd_options"]
-    prog = tmp_path / "prog"
-    proc = subprocess.run(
-        [ddpc, "compile", str(EXPORTS / f"{name}.{form}.onnx"), "--train"]
-        + ["--batch-size", str(ref["batch"] // 2), "--lr", str(o["lr"])]
-        + ["--momentum", str(o["momentum"]), "-o", str(prog)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    log = tmp_path / "log.json"
-    proc = subprocess.run(
-        [MPIRUN, "--oversubscribe", "-np", "2", str(prog)]
-        + ["--data", str(tmp_path / "x.npy"), "--labels", str(tmp_path / "y.npy")]
-        + ["--epochs", "1", "--no-shuffle", "--quiet", "--log-json", str(log)]
-        + ["--save", str(tmp_path / "trained.onnx")]
-        + ["--sample-assignment", "strided", "--buffer-sync", "broadcast"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=ENV,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    losses = [json.loads(line)["loss"] for line in log.read_text().splitlines()]
+    ddp = ["--sample-assignment", "strided", "--buffer-sync", "broadcast"]
+    losses = ddpc_losses(ddpc, tmp_path, name, form, "sgd", *ddp, ranks=2)[0]
     np.testing.assert_allclose(losses, ref["ddp2"]["losses"], rtol=1e-4)
     got = ort.InferenceSession(str(tmp_path / "trained.onnx")).run(
         None, {"x": data["eval_x"]}
