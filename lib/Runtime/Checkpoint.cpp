@@ -121,6 +121,8 @@ bool writeCheckpoint(const std::string &path, const Checkpoint &c,
   put<int64_t>(out, c.epochCorrect);
   put<int64_t>(out, c.epochSamples);
   put<int64_t>(out, c.epochSteps);
+  put<uint8_t>(out, c.strided ? 1 : 0);
+  put<uint8_t>(out, c.broadcastBuffers ? 1 : 0);
   putSection(out, c.params);
   putSection(out, c.buffers);
   putSection(out, c.optState);
@@ -160,25 +162,29 @@ bool readCheckpoint(const std::string &path, Checkpoint &c, std::string &err) {
   uint32_t version = 0;
   r.get(magic);
   r.get(version);
-  if (version != 1 && version != kCheckpointVersion)
+  if (version < 1 || version > kCheckpointVersion)
     return corrupt(("format version " + std::to_string(version) +
                     ", this runtime reads versions 1 to " +
                     std::to_string(kCheckpointVersion))
                        .c_str());
   if (fnv1a64(bytes.data(), body) != stored)
     return corrupt("checksum mismatch: truncated or damaged");
-  uint8_t shuffle = 0;
+  uint8_t shuffle = 0, strided = 0, broadcastBuffers = 0;
   bool ok = r.getString(c.modelName) && r.getString(c.optimizerDesc) &&
             r.get(c.worldSize) && r.get(c.batchSize) && r.get(c.accumSteps) &&
             r.get(c.seed) && r.get(shuffle) && r.get(c.epoch) &&
             r.get(c.stepInEpoch) && r.get(c.globalStep) &&
             (version < 2 || r.get(c.optimizerSteps)) && r.get(c.epochLossSum) &&
             r.get(c.epochCorrect) && r.get(c.epochSamples) &&
-            r.get(c.epochSteps) && r.getSection(c.params) &&
-            r.getSection(c.buffers) && r.getSection(c.optState) && r.atEnd();
+            r.get(c.epochSteps) &&
+            (version < 3 || (r.get(strided) && r.get(broadcastBuffers))) &&
+            r.getSection(c.params) && r.getSection(c.buffers) &&
+            r.getSection(c.optState) && r.atEnd();
   if (!ok)
     return corrupt("truncated or malformed record");
   c.shuffle = shuffle != 0;
+  c.strided = strided != 0;
+  c.broadcastBuffers = broadcastBuffers != 0;
   if (version < 2)
     c.optimizerSteps = c.globalStep; // Version 1 skipped no step.
   return true;

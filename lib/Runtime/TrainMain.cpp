@@ -142,9 +142,11 @@ struct Options {
   /// --sample-assignment strided: rank r takes rows r, r + world, ... of
   /// each global batch (torch's DistributedSampler) instead of a slice.
   bool strided = false;
+  bool stridedGiven = false;
   /// --buffer-sync broadcast: after each step every rank takes rank 0's
   /// buffers (DDP's broadcast_buffers) instead of their mean over ranks.
   bool broadcastBuffers = false;
+  bool bufferSyncGiven = false;
   double timeout = 30;
   bool quiet = false;
   bool help = false;
@@ -311,12 +313,12 @@ Options parseOptions(int argc, char **argv) {
       if (v != "contiguous" && v != "strided")
         fatalError("invalid value '" + v +
                    "' for --sample-assignment (contiguous or strided)");
-      o.strided = v == "strided";
+      o.strided = v == "strided", o.stridedGiven = true;
     } else if (matchOption("--buffer-sync", argc, argv, i, v)) {
       if (v != "average" && v != "broadcast")
         fatalError("invalid value '" + v +
                    "' for --buffer-sync (average or broadcast)");
-      o.broadcastBuffers = v == "broadcast";
+      o.broadcastBuffers = v == "broadcast", o.bufferSyncGiven = true;
     } else if (matchOption("--timeout", argc, argv, i, v)) {
       o.timeout = parseDouble("--timeout", v);
       if (o.timeout <= 0)
@@ -901,9 +903,12 @@ int run(int argc, char **argv) {
     int64_t epochCorrect = 0, epochSamples = 0, epochSteps = 0;
     uint64_t seed = 0;
     int64_t shuffle = 1;
+    int64_t strided = 0, broadcastBuffers = 0;
   } pos;
   pos.seed = opt.seed;
   pos.shuffle = opt.shuffle ? 1 : 0;
+  pos.strided = opt.strided ? 1 : 0;
+  pos.broadcastBuffers = opt.broadcastBuffers ? 1 : 0;
 
   bool resumed = !opt.resume.empty();
   if (resumed && rank == 0) {
@@ -933,6 +938,23 @@ int run(int argc, char **argv) {
                std::to_string(opt.seed));
     if (opt.shuffleGiven && c.shuffle)
       mismatch("it was written by a shuffled run, this run has --no-shuffle");
+    // A resumed run keeps the checkpoint's sampler and buffer semantics;
+    // naming others would silently change the run.
+    auto name = [](bool b, const char *yes, const char *no) {
+      return std::string(b ? yes : no);
+    };
+    if (opt.stridedGiven && c.strided != opt.strided)
+      mismatch("it was written with --sample-assignment " +
+               name(c.strided, "strided", "contiguous") +
+               ", this run has --sample-assignment " +
+               name(opt.strided, "strided", "contiguous") +
+               " (leave the option out to keep the checkpoint's)");
+    if (opt.bufferSyncGiven && c.broadcastBuffers != opt.broadcastBuffers)
+      mismatch("it was written with --buffer-sync " +
+               name(c.broadcastBuffers, "broadcast", "average") +
+               ", this run has --buffer-sync " +
+               name(opt.broadcastBuffers, "broadcast", "average") +
+               " (leave the option out to keep the checkpoint's)");
     auto checkSection =
         [&](const char *kind, const std::vector<CheckpointTensor> &got,
             const std::vector<TensorInfo> &want, TensorSet &dst) {
@@ -966,6 +988,8 @@ int run(int argc, char **argv) {
     pos.epochSteps = c.epochSteps;
     pos.seed = c.seed;
     pos.shuffle = c.shuffle ? 1 : 0;
+    pos.strided = c.strided ? 1 : 0;
+    pos.broadcastBuffers = c.broadcastBuffers ? 1 : 0;
   }
 
   // Rank 0's state is everyone's state.
@@ -1081,6 +1105,8 @@ int run(int argc, char **argv) {
     c.accumSteps = static_cast<int32_t>(K);
     c.seed = pos.seed;
     c.shuffle = pos.shuffle != 0;
+    c.strided = pos.strided != 0;
+    c.broadcastBuffers = pos.broadcastBuffers != 0;
     c.epoch = pos.epoch;
     c.stepInEpoch = pos.stepInEpoch;
     c.globalStep = pos.globalStep;
@@ -1144,7 +1170,7 @@ int run(int argc, char **argv) {
   int64_t epochSamplesHere = 0; // samples processed by this process in epoch
 
   BatchPrefetcher prefetcher(train, B, K, rank, world, stepsPerEp, pos.seed,
-                             pos.shuffle != 0, opt.strided, pos.epoch,
+                             pos.shuffle != 0, pos.strided != 0, pos.epoch,
                              pos.stepInEpoch);
   while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
     Clock::time_point stepStart = Clock::now();
@@ -1194,9 +1220,10 @@ int run(int argc, char **argv) {
             epochOrder(train.n, pos.seed, pos.epoch, pos.shuffle != 0);
         std::string rows;
         for (int64_t j = 0; j < B && j < 16; ++j)
-          rows += (j ? ", " : "") +
-                  std::to_string(order[samplePosition(
-                      pos.stepInEpoch, k, rank, j, B, world, K, opt.strided)]);
+          rows +=
+              (j ? ", " : "") +
+              std::to_string(order[samplePosition(
+                  pos.stepInEpoch, k, rank, j, B, world, K, pos.strided != 0)]);
         fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg +
                    "; the micro-batch holds samples " + rows +
                    (B > 16 ? ", ..." : "") + " of " + opt.data);
@@ -1311,7 +1338,7 @@ int run(int argc, char **argv) {
     if (world > 1 && !skipped) {
       for (int32_t i = 0; i < Bf; ++i) {
         float *b = bufferSets[cb].tensors[i].f();
-        if (opt.broadcastBuffers) {
+        if (pos.broadcastBuffers) {
           broadcastBytes(b, buffers[i].numel * sizeof(float),
                          "broadcast of buffers");
           continue;

@@ -255,6 +255,37 @@ def test_resume_is_bitwise_identical(tmp_path, ranks):
     assert proc.returncode == 1 and "bad.bin" in proc.stderr, proc.stderr
 
 
+def test_resume_keeps_sample_assignment_and_buffer_sync(tmp_path):
+    """A checkpoint records --sample-assignment and --buffer-sync: resuming
+    without them continues the run bitwise; naming others is refused."""
+    x, y, xp, yp = make_dataset(tmp_path, n=64)
+    common = ["--data", xp, "--labels", yp, "--epochs", 3, "--shuffle-seed", 2]
+    ddp = ["--sample-assignment", "strided", "--buffer-sync", "broadcast"]
+    full = tmp_path / "full.onnx"
+    assert_ok(run_train(common + ddp + ["--save", full], ranks=2))
+    ckpt = tmp_path / "ckpt.bin"
+    first = common + ddp + ["--stop-after-steps", 5, "--checkpoint", ckpt]
+    assert_ok(run_train(first, ranks=2))
+    resumed = tmp_path / "resumed.onnx"
+    assert_ok(run_train(common + ["--resume", ckpt, "--save", resumed], ranks=2))
+    a, b = weights(full), weights(resumed)
+    for name in ("W", "b", "running_mean"):
+        assert a[name].tobytes() == b[name].tobytes(), name
+    # The defaults give other weights, so the comparison above can fail.
+    other = tmp_path / "other.onnx"
+    assert_ok(run_train(common + ["--save", other], ranks=2))
+    assert weights(other)["W"].tobytes() != a["W"].tobytes()
+    for flag, value in (
+        ("--sample-assignment", "contiguous"),
+        ("--buffer-sync", "average"),
+    ):
+        proc = run_train(common + ["--resume", ckpt, flag, value], ranks=2)
+        assert proc.returncode != 0, proc.stdout
+        assert (
+            f"{flag} {value}" in proc.stderr and "ckpt.bin" in proc.stderr
+        ), proc.stderr
+
+
 def test_saved_onnx_runs_in_onnxruntime(tmp_path):
     import onnx
     import onnxruntime as ort

@@ -115,6 +115,7 @@ TEST(Checkpoint, RoundTripAndCorruption) {
   c.stepInEpoch = 6;
   c.globalStep = 77;
   c.epochLossSum = 1.25;
+  c.strided = true;
   c.params.push_back({"W", {2, 3}, w, {}});
   c.optState.push_back({"W/slot0", {2, 3}, m, {}});
   std::string err;
@@ -130,6 +131,8 @@ TEST(Checkpoint, RoundTripAndCorruption) {
   EXPECT_FALSE(r.shuffle);
   EXPECT_EQ(r.globalStep, 77);
   EXPECT_EQ(r.epochLossSum, 1.25);
+  EXPECT_TRUE(r.strided);
+  EXPECT_FALSE(r.broadcastBuffers);
   ASSERT_EQ(r.params.size(), 1u);
   EXPECT_TRUE(r.buffers.empty());
   EXPECT_EQ(r.params[0].shape, (std::vector<int64_t>{2, 3}));

@@ -5,7 +5,8 @@
 // padding.
 //
 //   char[8]  magic "DDPCCKPT"
-//   u32      format version (2; version 1, without the optimizer steps, is
+//   u32      format version (3; versions 1, without the optimizer steps,
+//            and 2, without the sample assignment and buffer sync, are
 //            still read)
 //   str      model name (ddpc_model_name)
 //   str      optimizer description (ddpc_optimizer_desc)
@@ -17,6 +18,8 @@
 //            for a non-finite loss or gradient; AdamW's step count)
 //   f64      epoch loss sum  i64  epoch correct     i64  epoch samples
 //   i64      epoch steps          (running totals of the current epoch)
+//   u8       sample assignment (0 contiguous, 1 strided)
+//   u8       buffer sync (0 average, 1 broadcast)
 //   3 x section (params, buffers, optimizer state), each:
 //     u32 count, then per tensor: str name, u32 rank, i64 dims[rank],
 //     f32 values[product(dims)]
@@ -39,7 +42,7 @@
 namespace ddpc {
 namespace runtime {
 
-constexpr uint32_t kCheckpointVersion = 2;
+constexpr uint32_t kCheckpointVersion = 3;
 
 /// A named float32 tensor. When writing, `data` points at the values (and
 /// `values` is unused); when reading, `values` holds them and `data` is null.
@@ -70,6 +73,8 @@ struct Checkpoint {
   int64_t epochCorrect = 0;
   int64_t epochSamples = 0;
   int64_t epochSteps = 0;
+  bool strided = false;          // --sample-assignment strided
+  bool broadcastBuffers = false; // --buffer-sync broadcast
   std::vector<CheckpointTensor> params, buffers, optState;
 };
 
