@@ -1094,7 +1094,8 @@ int compile(const CompileOptions &options, std::string &error,
     // --save writes the trained model in inference form (as an export of
     // model.eval() would be), without the initializers training replaces.
     std::string inferenceForm = bytes, stripped;
-    toInferenceForm(inferenceForm);
+    for (const std::string &line : toInferenceForm(inferenceForm))
+      llvm::errs() << "ddpc: warning: " << line << "\n";
     if (!stripTrainedInitializers(inferenceForm, trainInfo, stripped, error) ||
         !generateTrainGlue(modelName, trainInfo, options.train, initialValues,
                            stripped, tmpDir, glue, error))

@@ -124,6 +124,27 @@ def test_nll_mean_over_no_samples_is_zero():
 X27 = [("x", TensorProto.FLOAT, [2, 7])]
 Y = [("y", TensorProto.FLOAT)]
 
+
+def untyped(node):
+    """`node` with the type field of its attributes cleared (UNDEFINED), as
+    models of IR version 1 have them: the set value field gives the type."""
+    for a in node.attribute:
+        a.type = 0
+    return node
+
+
+def valueless(node, name):
+    """`node` with an attribute `name` that has neither a type nor a value."""
+    node.attribute.add().name = name
+    return node
+
+
+def twice(node):
+    """`node` with its first attribute given twice."""
+    node.attribute.append(node.attribute[0])
+    return node
+
+
 # (case, nodes, inputs, outputs, initializers, opset, text in the error).
 # Each is a model the ONNX spec does not allow; each was accepted (read with
 # a default or an arbitrary choice) before.
@@ -136,6 +157,42 @@ INVALID = [
         [],
         18,
         "attribute 'axis' is a float; Softmax takes an int",
+    ),
+    (
+        "untyped attribute holding a float",
+        [untyped(helper.make_node("Softmax", ["x"], ["y"], axis=1.5))],
+        X27,
+        Y,
+        [],
+        18,
+        "attribute 'axis' is a float; Softmax takes an int",
+    ),
+    (
+        "untyped attribute without a value",
+        [valueless(helper.make_node("Softmax", ["x"], ["y"]), "axis")],
+        X27,
+        Y,
+        [],
+        13,
+        "attribute 'axis' has no type and no single value",
+    ),
+    (
+        "attribute given twice",
+        [twice(helper.make_node("Softmax", ["x"], ["y"], axis=0))],
+        X27,
+        Y,
+        [],
+        13,
+        "attribute 'axis' is given twice",
+    ),
+    (
+        "attribute the op does not have",
+        [helper.make_node("Relu", ["x"], ["y"], alpha=0.5)],
+        X27,
+        Y,
+        [],
+        17,
+        "has no attribute 'alpha' at opset 17",
     ),
     (
         "wrong type, op newer than the ONNX library",
@@ -196,6 +253,15 @@ INVALID = [
         "not both",
     ),
     (
+        "Split: neither split nor num_outputs at opset 18",
+        [helper.make_node("Split", ["x"], ["a", "b"], axis=0)],
+        X27,
+        [("a", TensorProto.FLOAT), ("b", TensorProto.FLOAT)],
+        [],
+        18,
+        "needs the 'split' input or the num_outputs attribute",
+    ),
+    (
         "Pad: more inputs than opset 18 has",
         [helper.make_node("Pad", ["x", "p", "", "ax", "ax"], ["y"])],
         X27,
@@ -249,6 +315,21 @@ def test_invalid_model_is_refused(nodes, inputs, outputs, inits, opset, text):
         ddpc_py.compile(m, onnx_checker=False)
     assert text in str(e.value), str(e.value)
     assert "\n" not in str(e.value).strip()
+
+
+def test_untyped_attribute_reads_its_value():
+    """An attribute without a type (IR version 1) is read from the field
+    that is set: Softmax over axis 0 (it read as the default before)."""
+    m = model(
+        [untyped(helper.make_node("Softmax", ["x"], ["y"], axis=0))],
+        X27,
+        Y,
+        opset=13,
+    )
+    x = np.random.default_rng(1).standard_normal((2, 7)).astype(np.float32)
+    ours = ddpc_py.compile(m, onnx_checker=False).run({"x": x})["y"]
+    e = np.exp(x - x.max(axis=0))
+    np.testing.assert_allclose(ours, e / e.sum(axis=0), rtol=1e-5)
 
 
 @pytest.mark.parametrize("opset", [9, 12, 15])

@@ -34,9 +34,10 @@ def reference(name):
     return json.loads((EXPORTS / f"{name}.json").read_text())
 
 
-def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1):
-    """Trains the export with ddpc at the reference's global batch over
-    `ranks` ranks; returns (ddpc's losses, PyTorch's 1-rank losses, stdout)."""
+def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1, model=None):
+    """Trains the export (or `model`, a path) with ddpc at the reference's
+    global batch over `ranks` ranks; returns (ddpc's losses, PyTorch's 1-rank
+    losses, stdout). The trained model is tmp_path/trained.onnx."""
     ref = reference(name)
     data = np.load(EXPORTS / f"{name}.npz")
     np.save(tmp_path / "x.npy", data["x"])
@@ -51,7 +52,7 @@ def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1):
         flags += ["--eps", str(o["eps"]), "--weight-decay", str(o["weight_decay"])]
     prog = tmp_path / "prog"
     proc = subprocess.run(
-        [ddpc, "compile", str(EXPORTS / f"{name}.{form}.onnx"), "--train"]
+        [ddpc, "compile", str(model or EXPORTS / f"{name}.{form}.onnx"), "--train"]
         + ["--batch-size", str(ref["batch"] // ranks), *flags, "-o", str(prog)],
         capture_output=True,
         text=True,
@@ -109,6 +110,63 @@ def test_saved_model_evaluates_like_pytorch(ddpc, tmp_path, name):
     ]
     want = np.array(reference(name)["eval_y"], np.float32)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max())
+
+
+def test_saved_model_keeps_read_running_statistics(ddpc, tmp_path):
+    """A training-mode BatchNormalization whose updated running mean is a
+    graph output (it kept its training form in the saved model): the saved
+    model has the eval form, and the output is the trained running mean,
+    as model.eval() leaves it."""
+    m = onnx.load(EXPORTS / "convbn.train.onnx")
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    assert len(bn.output) >= 2 and bn.output[1]
+    c = next(i.dims[0] for i in m.graph.initializer if i.name == bn.input[3])
+    m.graph.output.append(
+        onnx.helper.make_tensor_value_info(bn.output[1], onnx.TensorProto.FLOAT, [c])
+    )
+    path = tmp_path / "with_stats.onnx"
+    onnx.save(m, path)
+    ours, torch_losses, _ = ddpc_losses(ddpc, tmp_path, "convbn", "", "sgd", model=path)
+    np.testing.assert_allclose(ours, torch_losses, rtol=1e-4)
+    saved = onnx.load(tmp_path / "trained.onnx")
+    onnx.checker.check_model(saved)
+    for n in saved.graph.node:
+        if n.op_type == "BatchNormalization":
+            assert len(n.output) == 1
+            assert all(a.name != "training_mode" for a in n.attribute)
+    trained = {t.name: onnx.numpy_helper.to_array(t) for t in saved.graph.initializer}
+    x = np.load(EXPORTS / "convbn.npz")["eval_x"]
+    got = ort.InferenceSession(str(tmp_path / "trained.onnx")).run(
+        [bn.output[1]], {"x": x}
+    )[0]
+    np.testing.assert_array_equal(got, trained[bn.input[3]])
+    # Training moved the running mean, so an untrained output would differ.
+    start = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    assert np.abs(got - start[bn.input[3]]).max() > 1e-3
+
+
+def test_read_saved_statistics_keep_training_form_with_a_warning(ddpc, tmp_path):
+    """An inference model has no batch statistics: a BatchNormalization
+    (opset 12) whose saved mean is read keeps its training form in the
+    saved model, and compiling says so, naming the node."""
+    m = onnx.load(EXPORTS / "convbn.train-opset12.onnx")
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    assert len(bn.output) == 5 and bn.output[3]
+    c = next(i.dims[0] for i in m.graph.initializer if i.name == bn.input[3])
+    m.graph.output.append(
+        onnx.helper.make_tensor_value_info(bn.output[3], onnx.TensorProto.FLOAT, [c])
+    )
+    path = tmp_path / "with_saved.onnx"
+    onnx.save(m, path)
+    proc = subprocess.run(
+        [ddpc, "compile", str(path), "--train", "--batch-size", "4"]
+        + ["-o", str(tmp_path / "prog")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: BatchNormalization node '{bn.name}'" in proc.stderr
 
 
 def run_inference(ddpc, tmp_path, model, x):

@@ -142,6 +142,31 @@ static std::string attributeTypeName(int type) {
   return "of type " + std::to_string(type);
 }
 
+/// The type of `a`: its `type` field, or, when that is UNDEFINED (models
+/// of IR version 1 leave it out), the one value field that is set;
+/// UNDEFINED when none or several are.
+static int attributeType(const onnx::AttributeProto &a) {
+  using A = onnx::AttributeProto;
+  if (a.type() != A::UNDEFINED)
+    return a.type();
+  int found = A::UNDEFINED, count = 0;
+  auto note = [&](bool set, int t) {
+    if (set)
+      found = t, ++count;
+  };
+  note(a.has_f(), A::FLOAT);
+  note(a.has_i(), A::INT);
+  note(a.has_s(), A::STRING);
+  note(a.has_t(), A::TENSOR);
+  note(a.has_g(), A::GRAPH);
+  note(a.floats_size() > 0, A::FLOATS);
+  note(a.ints_size() > 0, A::INTS);
+  note(a.strings_size() > 0, A::STRINGS);
+  note(a.tensors_size() > 0, A::TENSORS);
+  note(a.graphs_size() > 0, A::GRAPHS);
+  return count == 1 ? found : A::UNDEFINED;
+}
+
 /// The attribute `name` when it has type `type`. One of another type (a
 /// float where an int is read) records an invalid-model error, which the
 /// node's import reports, and reads as absent: the schema check covers the
@@ -150,12 +175,16 @@ const onnx::AttributeProto *
 NodeContext::typedAttr(StringRef name,
                        onnx::AttributeProto::AttributeType type) const {
   const auto *a = attr(name);
-  if (!a || a->type() == type || a->type() == onnx::AttributeProto::UNDEFINED)
+  int got = a ? attributeType(*a) : type;
+  if (got == type)
     return a;
-  (void)importer.fail(ImportErrorKind::Invalid,
-                      "invalid model: op " + describe() + ": attribute '" +
-                          name + "' is " + attributeTypeName(a->type()) + "; " +
-                          node.op_type() + " takes " + attributeTypeName(type));
+  (void)importer.fail(
+      ImportErrorKind::Invalid,
+      "invalid model: op " + describe() + ": attribute '" + name + "' " +
+          (got == onnx::AttributeProto::UNDEFINED
+               ? std::string("has no type and no single value")
+               : "is " + attributeTypeName(got)) +
+          "; " + node.op_type() + " takes " + attributeTypeName(type));
   return nullptr;
 }
 
@@ -636,15 +665,27 @@ static LogicalResult checkArity(NodeContext &ctx) {
   // Attributes: each one the schema lists has the schema's type (Softmax's
   // axis = 1.5 was read as the default), and required ones are present
   // (no attribute's type or requiredness changed after opset 17).
+  // An attribute given twice, or one the op does not have (at opsets the
+  // library describes exactly), is refused as the ONNX checker does.
+  llvm::StringSet<> seen;
   for (const auto &a : node.attribute()) {
+    if (!seen.insert(a.name()).second)
+      return ctx.invalid("attribute '" + a.name() + "' is given twice");
     auto it = schema->attributes().find(a.name());
-    if (it == schema->attributes().end() ||
-        a.type() == onnx::AttributeProto::UNDEFINED)
+    if (it == schema->attributes().end()) {
+      if (exact)
+        return ctx.invalid("has no attribute '" + a.name() + "' at opset " +
+                           Twine(ctx.opset));
       continue;
-    if (a.type() != it->second.type)
-      return ctx.invalid("attribute '" + a.name() + "' is " +
-                         attributeTypeName(a.type()) + "; " + node.op_type() +
-                         " takes " + attributeTypeName(it->second.type));
+    }
+    int got = attributeType(a);
+    if (got != it->second.type)
+      return ctx.invalid("attribute '" + a.name() + "' " +
+                         (got == onnx::AttributeProto::UNDEFINED
+                              ? std::string("has no type and no single value")
+                              : "is " + attributeTypeName(got)) +
+                         "; " + node.op_type() + " takes " +
+                         attributeTypeName(it->second.type));
   }
   for (const auto &[name, formalAttr] : schema->attributes())
     if (formalAttr.required && !ctx.hasAttr(name))

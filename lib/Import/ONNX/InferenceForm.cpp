@@ -18,12 +18,15 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <tuple>
+
 namespace ddpc {
 
-void toInferenceForm(std::string &modelBytes) {
+std::vector<std::string> toInferenceForm(std::string &modelBytes) {
+  std::vector<std::string> kept;
   onnx::ModelProto model;
   if (!model.ParseFromString(modelBytes))
-    return;
+    return kept;
   onnx::GraphProto &graph = *model.mutable_graph();
   // Names something reads: a node input or a graph output.
   llvm::StringSet<> read;
@@ -34,16 +37,34 @@ void toInferenceForm(std::string &modelBytes) {
     read.insert(out.name());
   bool changed = false;
   llvm::StringSet<> dropped; // Dropout training_mode inputs removed
-  for (auto &n : *graph.mutable_node()) {
+  // Identity nodes that stand in for the running-statistic outputs that
+  // something reads, inserted after their node once the loop is done:
+  // (node index, from, to).
+  std::vector<std::tuple<int, std::string, std::string>> bridges;
+  for (int index = 0; index < graph.node_size(); ++index) {
+    onnx::NodeProto &n = *graph.mutable_node(index);
     if (!n.domain().empty() && n.domain() != "ai.onnx")
       continue;
     if (n.op_type() == "BatchNormalization") {
-      // A training output that something reads keeps the node as it is.
-      bool extraRead = false;
-      for (int i = 1; i < n.output_size(); ++i)
-        extraRead |= !n.output(i).empty() && read.contains(n.output(i));
-      if (extraRead)
+      // saved_mean/saved_var (outputs 3, 4 of opsets 9-13) are statistics
+      // of a batch: an inference model has none, so a node whose saved
+      // statistics are read keeps its training form.
+      bool savedRead = false;
+      for (int i = 3; i < n.output_size(); ++i)
+        savedRead |= !n.output(i).empty() && read.contains(n.output(i));
+      if (savedRead) {
+        kept.push_back("BatchNormalization node '" + n.name() +
+                       "': its saved mean/variance outputs are read, so the "
+                       "saved model keeps its training form (onnxruntime "
+                       "then uses batch statistics)");
         continue;
+      }
+      // In eval mode the running statistics do not change: a reader of an
+      // updated running mean (variance) reads the trained input 3 (4).
+      for (int i = 1; i < 3 && i < n.output_size(); ++i)
+        if (!n.output(i).empty() && read.contains(n.output(i)) &&
+            n.input_size() > i + 2)
+          bridges.emplace_back(index, n.input(i + 2), n.output(i));
       if (n.output_size() > 1) {
         n.mutable_output()->DeleteSubrange(1, n.output_size() - 1);
         changed = true;
@@ -61,6 +82,24 @@ void toInferenceForm(std::string &modelBytes) {
       n.mutable_input()->DeleteSubrange(2, n.input_size() - 2);
       changed = true;
     }
+  }
+  if (!bridges.empty()) {
+    // Nodes stay in topological order: each Identity reads an input of
+    // the node it follows and is read only after that node.
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    size_t next = 0;
+    for (int index = 0; index < graph.node_size(); ++index) {
+      *nodes.Add() = graph.node(index);
+      for (; next < bridges.size() && std::get<0>(bridges[next]) == index;
+           ++next) {
+        onnx::NodeProto *id = nodes.Add();
+        id->set_op_type("Identity");
+        id->set_name(std::get<2>(bridges[next]) + "/eval");
+        id->add_input(std::get<1>(bridges[next]));
+        id->add_output(std::get<2>(bridges[next]));
+      }
+    }
+    graph.mutable_node()->Swap(&nodes);
   }
   // The flag values nothing reads any more: their initializers and
   // Constant nodes go too.
@@ -84,6 +123,7 @@ void toInferenceForm(std::string &modelBytes) {
       nodes->DeleteSubrange(i, 1);
   if (changed)
     modelBytes = model.SerializeAsString();
+  return kept;
 }
 
 } // namespace ddpc

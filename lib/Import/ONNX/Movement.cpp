@@ -78,6 +78,11 @@ LogicalResult importSplit(NodeContext &ctx) {
     for (int64_t i = 0, left = n; i < k; ++i, left -= part)
       sizes.push_back(std::max<int64_t>(std::min(part, left), 0));
   } else {
+    // Opset 18 dropped the implicit equal split (ONNX's shape inference
+    // refuses such a node too).
+    if (ctx.opset >= 18)
+      return ctx.invalid("Split (opset 18) needs the 'split' input or the "
+                         "num_outputs attribute");
     if (n % outs != 0)
       return ctx.invalid("axis " + Twine(axis) + " (size " + Twine(n) +
                          ") does not split into " + Twine(outs) +

@@ -110,9 +110,11 @@ void separateInitializerRoles(std::string &modelBytes);
 /// Rewrites a training-mode export (`modelBytes`, a serialized ModelProto)
 /// into the form an eval-mode export has, for the trained model a training
 /// program writes: BatchNormalization loses training_mode and its training
-/// outputs (unless something reads them), Dropout its training_mode input
-/// (InferenceForm.cpp). Unchanged when nothing is flagged.
-void toInferenceForm(std::string &modelBytes);
+/// outputs (a reader of an updated running mean/variance reads the trained
+/// statistic through an Identity node), Dropout its training_mode input
+/// (InferenceForm.cpp). Unchanged when nothing is flagged. Returns one line
+/// per node left in training form (its saved mean/variance are read).
+std::vector<std::string> toInferenceForm(std::string &modelBytes);
 
 /// The ONNX op types (default domain) that the importer registers, sorted.
 std::vector<std::string> supportedONNXOpTypes();
