@@ -349,17 +349,38 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
       os << d << "LL, ";
     os << "0};\n";
   };
-  os << "const int32_t ddpc_data_dtype = " << info.dataDType << ";\n";
-  dims("data", info.dataShape);
+  // Data inputs: one row per input (TrainABI.h).
+  os << "const int32_t ddpc_num_data_inputs = " << info.data.size() << ";\n";
+  os << "const char *const ddpc_data_names[] = {";
+  for (const auto &d : info.data)
+    os << cString(d.name) << ", ";
+  os << "0};\nconst int32_t ddpc_data_dtypes[] = {";
+  for (const auto &d : info.data)
+    os << d.dtype << ", ";
+  os << "0};\nconst int32_t ddpc_data_ranks[] = {";
+  for (const auto &d : info.data)
+    os << d.shape.size() << ", ";
+  os << "0};\n";
+  for (const auto &[i, d] : llvm::enumerate(info.data)) {
+    os << "static const int64_t ddpc_data_shape" << i << "[] = {";
+    for (int64_t v : d.shape)
+      os << v << "LL, ";
+    os << "0};\n";
+  }
+  os << "const int64_t *const ddpc_data_shapes[] = {";
+  for (size_t i = 0; i < info.data.size(); ++i)
+    os << "ddpc_data_shape" << i << ", ";
+  os << "0};\n";
   os << "const int32_t ddpc_label_dtype = " << info.labelDType << ";\n";
   dims("label", info.labelShape);
   os << "const int32_t ddpc_is_classification = "
      << (info.classification ? 1 : 0) << ";\n";
   os << "const int64_t ddpc_num_classes = " << info.numClasses << "LL;\n";
   size_t P = info.params.size(), NB = info.buffers.size(), S = info.optSlots;
+  size_t D = info.data.size();
   // train_micro's last input (rng) comes after the outputs in the ABI.
   {
-    size_t nin = 2 * P + NB + 2, nout = NB + P + 2;
+    size_t nin = 2 * P + NB + D + 1, nout = NB + P + 2;
     os << "extern void " << kTrainMicroFunc << "(";
     for (size_t i = 0; i < nin + nout + 1; ++i)
       os << (i ? ", " : "") << "void *";
@@ -373,7 +394,7 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
     os << ");\n}\n";
   }
   emitForwarder(os, kApplyGlue, kApplyFunc, (P + P * S + P + 3) + (P + P * S));
-  emitForwarder(os, kEvalGlue, kEvalFunc, (P + NB + 2) + 2);
+  emitForwarder(os, kEvalGlue, kEvalFunc, (P + NB + D + 1) + 2);
   emitForwarder(os, kGradNormGlue, kGradNormFunc, (P + 1) + 1);
   return true;
 }
@@ -822,7 +843,23 @@ int compile(const CompileOptions &options, std::string &error,
     // One initializer in roles that need different storage (a BatchNorm
     // scale merged with a running variance): one copy per role, in the
     // model that is imported and in the one --save writes.
-    separateInitializerRoles(bytes);
+    std::vector<std::string> retied;
+    std::vector<std::string> copies = separateInitializerRoles(bytes, &retied);
+    for (const std::string &r : retied)
+      llvm::errs() << "ddpc: note: " << r
+                   << " is an exporter-folded transpose of a weight also used "
+                      "elsewhere (a tied output head): it trains as that "
+                      "weight\n";
+    if (!copies.empty()) {
+      std::string names;
+      for (size_t i = 0; i < copies.size() && i < 4; ++i)
+        names += (i ? ", " : "") + copies[i];
+      llvm::errs() << "ddpc: note: " << copies.size()
+                   << " initializer(s) written as Identity copies of another "
+                      "(torch.onnx.export merges equal-valued parameters in "
+                      "eval mode) train as parameters of their own: "
+                   << names << (copies.size() > 4 ? ", ..." : "") << "\n";
+    }
     importOptions.parameterize = true;
     importOptions.trainingMode = true;
     importOptions.funcName = "forward_train";
@@ -961,9 +998,12 @@ int compile(const CompileOptions &options, std::string &error,
       return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
                                                          : kCompileError;
     // The plan's inputs: what one rank reads per micro-batch from --data
-    // (float32 or integer token ids) and --labels.
-    ins = {{"data", trainInfo.dataDType, trainInfo.dataShape},
-           {"labels", trainInfo.labelDType, trainInfo.labelShape}};
+    // (float32 or integer token ids, one file per data input) and --labels.
+    ins.clear();
+    for (const auto &d : trainInfo.data)
+      ins.push_back({trainInfo.data.size() == 1 ? "data" : "data." + d.name,
+                     d.dtype, d.shape});
+    ins.push_back({"labels", trainInfo.labelDType, trainInfo.labelShape});
     if (!runPhase("training", [&](OpPassManager &pm) {
           pm.addPass(createCanonicalizerPass());
         }))

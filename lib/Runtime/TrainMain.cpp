@@ -126,8 +126,10 @@ struct TensorSet {
 };
 
 struct Options {
-  std::string data, labels, valData, valLabels, save, checkpoint, resume,
-      logJson;
+  /// --data / --val-data arguments as given: FILE or NAME=FILE, one per
+  /// data input (dataFiles resolves them).
+  std::vector<std::string> data, valData;
+  std::string labels, valLabels, save, checkpoint, resume, logJson;
   int64_t epochs = -1;
   uint64_t seed = 0;
   bool seedGiven = false;
@@ -152,6 +154,14 @@ struct Options {
   bool help = false;
 };
 
+/// The data inputs' names, comma-separated, in input order.
+std::string dataInputList() {
+  std::string s;
+  for (int32_t i = 0; i < ddpc_num_data_inputs; ++i)
+    s += (i ? ", " : "") + std::string(ddpc_data_names[i]);
+  return s;
+}
+
 void printUsage(const char *prog) {
   std::printf(
       "usage: %s --data X.npy --labels Y.npy --epochs E [options]\n\n"
@@ -159,12 +169,19 @@ void printUsage(const char *prog) {
       "process or\nunder `mpirun -np N` for data-parallel training.\n\n"
       "  --data X.npy            samples [N, ...] (the model input's dtype: "
       "float32,\n"
-      "                          or int64/int32 token ids)\n"
+      "                          or int64/int32 token ids). A model with "
+      "several data\n"
+      "                          inputs takes one --data per input, in "
+      "input order,\n"
+      "                          or --data NAME=X.npy by input name (this "
+      "one: %s);\n"
+      "                          they are sharded together, row by row\n"
       "  --labels Y.npy          labels [N, ...] (int64/int32/uint8 class ids "
       "or float)\n"
       "  --epochs E              number of passes over the data\n"
-      "  --val-data X.npy        validation samples (with --val-labels); "
-      "evaluated\n"
+      "  --val-data X.npy        validation samples (with --val-labels, as "
+      "--data);\n"
+      "                          evaluated\n"
       "  --val-labels Y.npy      after every epoch\n"
       "  --shuffle-seed S        sampler seed (default 0); epoch e uses seed "
       "S+e\n"
@@ -212,7 +229,7 @@ void printUsage(const char *prog) {
       "global batch, as DistributedDataParallel. Exit status: 0 on success, "
       "1 on\nany error.\n",
       prog, ddpc_model_name ? ddpc_model_name : "",
-      ddpc_optimizer_desc ? ddpc_optimizer_desc : "",
+      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", dataInputList().c_str(),
       static_cast<double>(ddpc_default_lr),
       static_cast<long long>(ddpc_batch_size), ddpc_grad_accum_steps,
       static_cast<long long>(ddpc_batch_size));
@@ -271,11 +288,11 @@ Options parseOptions(int argc, char **argv) {
     else if (!std::strcmp(a, "--no-shuffle"))
       o.shuffle = false, o.shuffleGiven = true;
     else if (matchOption("--data", argc, argv, i, v))
-      o.data = v;
+      o.data.push_back(v);
     else if (matchOption("--labels", argc, argv, i, v))
       o.labels = v;
     else if (matchOption("--val-data", argc, argv, i, v))
-      o.valData = v;
+      o.valData.push_back(v);
     else if (matchOption("--val-labels", argc, argv, i, v))
       o.valLabels = v;
     else if (matchOption("--epochs", argc, argv, i, v))
@@ -361,18 +378,22 @@ Options parseOptions(int argc, char **argv) {
   return o;
 }
 
-/// A dataset in the step's layout: rows of `rowElems` data elements of
-/// `xItem` bytes (float32, int64 or int32: the data input's dtype) and
-/// labels (int64 or float32) of `labelElems` elements per sample.
+/// One tensor of a dataset in the step's layout: `n` rows of `rowElems`
+/// elements of `item` bytes (a data input's dtype, or the labels').
+struct Column {
+  std::string file;
+  int64_t rowElems = 1;
+  size_t item = 4;
+  std::vector<uint8_t> bytes;
+  size_t rowBytes() const { return static_cast<size_t>(rowElems) * item; }
+};
+
+/// A dataset: one column per data input (TrainABI.h order), then the
+/// labels; row i of every column is sample i.
 struct Dataset {
   int64_t n = 0;
-  int64_t rowElems = 1;
-  size_t xItem = 4;
-  int64_t labelElems = 1;
-  size_t labelItem = 8;
-  std::vector<uint8_t> x; // the data input's dtype
-  std::vector<uint8_t> y; // int64 or float32 elements
-  size_t rowBytes() const { return static_cast<size_t>(rowElems) * xItem; }
+  std::vector<Column> columns;
+  const Column &labels() const { return columns.back(); }
 };
 
 std::vector<int64_t> tail(const int64_t *shape, int32_t rank) {
@@ -480,31 +501,96 @@ bool convertElements(const NpyArray &a, int64_t count, int32_t want,
   return true;
 }
 
-/// Reads and checks data and labels; converts their dtypes to the step's.
-Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
+/// The --data (--val-data) files, one per data input in TrainABI.h order,
+/// from `args`: NAME=FILE by input name, FILE in input order for the
+/// inputs not named. Refuses a count that does not match, with the names.
+std::vector<std::string> dataFiles(const std::vector<std::string> &args,
+                                   const char *flag) {
+  const int32_t D = ddpc_num_data_inputs;
+  std::vector<std::string> files(D);
+  std::vector<std::string> positional;
+  for (const std::string &a : args) {
+    size_t eq = a.find('=');
+    int32_t named = -1;
+    for (int32_t i = 0; eq != std::string::npos && i < D; ++i)
+      if (a.compare(0, eq, ddpc_data_names[i]) == 0 &&
+          std::strlen(ddpc_data_names[i]) == eq)
+        named = i;
+    if (named < 0) {
+      positional.push_back(a);
+      continue;
+    }
+    if (!files[named].empty())
+      fatalError(std::string(flag) + " names the data input '" +
+                 ddpc_data_names[named] + "' twice");
+    files[named] = a.substr(eq + 1);
+  }
+  size_t next = 0;
+  for (int32_t i = 0; i < D; ++i)
+    if (files[i].empty() && next < positional.size())
+      files[i] = positional[next++];
+  bool missing = std::any_of(files.begin(), files.end(),
+                             [](const std::string &f) { return f.empty(); });
+  if (missing || next != positional.size())
+    fatalError(
+        std::string(flag) + ": the model has " + std::to_string(D) +
+        " data input(s) (" + dataInputList() + ") and " +
+        std::to_string(args.size()) + " " + flag +
+        " file(s) were given; give one per input, in this order, or as " +
+        flag + " NAME=FILE");
+  for (const std::string &f : files) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      fatalError(std::string(flag) + " " + f +
+                 " is a folder; give a file name");
+  }
+  return files;
+}
+
+/// Reads and checks the data files (one per data input) and the labels;
+/// converts their dtypes to the step's.
+Dataset loadDataset(const std::vector<std::string> &dataPaths,
+                    const std::string &labelPath) {
   Dataset ds;
   std::string err;
-  NpyArray x;
-  if (!readNpy(dataPath, x, err))
-    fatalError(err);
-  std::vector<int64_t> rowShape = tail(ddpc_data_shape, ddpc_data_rank);
-  std::vector<int64_t> gotRest(
-      x.shape.empty() ? x.shape.begin() : x.shape.begin() + 1, x.shape.end());
-  auto badData = [&](const std::string &why) {
-    fatalError(dataPath + ": expected data of shape " + withN(rowShape, "N") +
-               " with dtype " + acceptedDTypes(ddpc_data_dtype) + ", got " +
-               dtypeName(x.dtype) + formatShape(x.shape) +
-               (why.empty() ? "" : ": " + why));
-  };
-  if (x.shape.empty() || gotRest != rowShape)
-    badData("");
-  ds.n = x.shape[0];
-  for (int64_t d : rowShape)
-    ds.rowElems *= d;
-  ds.xItem = ddpc_data_dtype == kOnnxInt64 ? 8 : 4;
-  if (!convertElements(x, ds.n * ds.rowElems, ddpc_data_dtype, ds.x, err))
-    badData(err);
-  x.data = {};
+  const int32_t D = ddpc_num_data_inputs;
+  for (int32_t c = 0; c < D; ++c) {
+    const std::string &path = dataPaths[c];
+    const int32_t dtype = ddpc_data_dtypes[c];
+    NpyArray x;
+    if (!readNpy(path, x, err))
+      fatalError(err);
+    std::vector<int64_t> rowShape =
+        tail(ddpc_data_shapes[c], ddpc_data_ranks[c]);
+    std::vector<int64_t> gotRest(
+        x.shape.empty() ? x.shape.begin() : x.shape.begin() + 1, x.shape.end());
+    std::string what =
+        D == 1 ? std::string("data")
+               : "data for input '" + std::string(ddpc_data_names[c]) + "'";
+    auto badData = [&](const std::string &why) {
+      fatalError(path + ": expected " + what + " of shape " +
+                 withN(rowShape, "N") + " with dtype " + acceptedDTypes(dtype) +
+                 ", got " + dtypeName(x.dtype) + formatShape(x.shape) +
+                 (why.empty() ? "" : ": " + why));
+    };
+    if (x.shape.empty() || gotRest != rowShape)
+      badData("");
+    if (c == 0)
+      ds.n = x.shape[0];
+    else if (x.shape[0] != ds.n)
+      fatalError(path + ": " + std::to_string(x.shape[0]) + " samples for '" +
+                 ddpc_data_names[c] + "', but " + dataPaths[0] + " has " +
+                 std::to_string(ds.n) + " for '" + ddpc_data_names[0] +
+                 "'; row i of every --data file is sample i");
+    Column col;
+    col.file = path;
+    for (int64_t d : rowShape)
+      col.rowElems *= d;
+    col.item = dtype == kOnnxInt64 ? 8 : 4;
+    if (!convertElements(x, ds.n * col.rowElems, dtype, col.bytes, err))
+      badData(err);
+    ds.columns.push_back(std::move(col));
+  }
 
   NpyArray y;
   if (!readNpy(labelPath, y, err))
@@ -513,12 +599,14 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   std::vector<int64_t> expect = labelRest;
   expect.insert(expect.begin(), ds.n);
   bool isInt = ddpc_label_dtype == kOnnxInt64;
+  Column lab;
+  lab.file = labelPath;
   for (int64_t d : labelRest)
-    ds.labelElems *= d;
-  ds.labelItem = isInt ? 8 : 4;
+    lab.rowElems *= d;
+  lab.item = isInt ? 8 : 4;
   auto badLabels = [&](const std::string &why) {
     fatalError(labelPath + ": expected labels of shape " + formatShape(expect) +
-               " (N = " + std::to_string(ds.n) + " samples in " + dataPath +
+               " (N = " + std::to_string(ds.n) + " samples in " + dataPaths[0] +
                ") with dtype " + acceptedDTypes(ddpc_label_dtype) + ", got " +
                dtypeName(y.dtype) + formatShape(y.shape) +
                (why.empty() ? "" : ": " + why));
@@ -528,29 +616,32 @@ Dataset loadDataset(const std::string &dataPath, const std::string &labelPath) {
   auto classId = [&](int64_t v, int64_t i) {
     if (v < 0)
       fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
-                 std::to_string(i / ds.labelElems) + " is negative");
+                 std::to_string(i / lab.rowElems) + " is negative");
     if (ddpc_num_classes > 0 && v >= ddpc_num_classes)
       fatalError(labelPath + ": label " + std::to_string(v) + " of sample " +
-                 std::to_string(i / ds.labelElems) +
+                 std::to_string(i / lab.rowElems) +
                  " is out of range: the model has " +
                  std::to_string(ddpc_num_classes) + " classes (0.." +
                  std::to_string(ddpc_num_classes - 1) + ")");
     return true;
   };
   err.clear();
-  if (!convertElements(y, ds.n * ds.labelElems, ddpc_label_dtype, ds.y, err,
+  if (!convertElements(y, ds.n * lab.rowElems, ddpc_label_dtype, lab.bytes, err,
                        classId))
     badLabels(err);
+  ds.columns.push_back(std::move(lab));
   return ds;
 }
 
-/// Copies sample `idx` of `ds` into row `row` of the batch buffers.
-void gatherRow(const Dataset &ds, int64_t idx, int64_t row, uint8_t *x,
-               uint8_t *y) {
-  std::memcpy(x + row * ds.rowBytes(), ds.x.data() + idx * ds.rowBytes(),
-              ds.rowBytes());
-  size_t lb = ds.labelElems * ds.labelItem;
-  std::memcpy(y + row * lb, ds.y.data() + idx * lb, lb);
+/// Copies sample `idx` of `ds` into row `row` of the batch buffers, one per
+/// column.
+void gatherRow(const Dataset &ds, int64_t idx, int64_t row, void *const *dst) {
+  for (size_t c = 0; c < ds.columns.size(); ++c) {
+    const Column &col = ds.columns[c];
+    size_t rb = col.rowBytes();
+    std::memcpy(static_cast<uint8_t *>(dst[c]) + row * rb,
+                col.bytes.data() + idx * rb, rb);
+  }
 }
 
 /// Gathers the training micro-batches into staging memory (Memory.h) on a
@@ -570,16 +661,18 @@ public:
       : ds(ds), B(B), K(K), rank(rank), world(world),
         stepsPerEpoch(stepsPerEpoch), seed(seed), shuffle(shuffle),
         strided(strided), epoch(epoch), step(step) {
-    xBytes = static_cast<size_t>(B) * ds.rowBytes();
-    yBytes = static_cast<size_t>(B * ds.labelElems) * ds.labelItem;
-    for (Slot &slot : slots) {
-      slot.x = allocateStaging(xBytes);
-      slot.y = allocateStaging(yBytes);
-      if (!slot.x || !slot.y)
-        fatalError("out of memory allocating " +
-                   std::to_string(xBytes + yBytes) +
-                   " bytes of staging memory for input batches");
+    size_t total = 0;
+    for (const Column &col : ds.columns) {
+      bytes.push_back(static_cast<size_t>(B) * col.rowBytes());
+      total += bytes.back();
     }
+    for (Slot &slot : slots)
+      for (size_t c = 0; c < ds.columns.size(); ++c) {
+        slot.ptrs.push_back(allocateStaging(bytes[c]));
+        if (!slot.ptrs.back())
+          fatalError("out of memory allocating " + std::to_string(total) +
+                     " bytes of staging memory for input batches");
+      }
     worker = std::thread([this] { run(); });
   }
 
@@ -590,25 +683,26 @@ public:
     }
     changed.notify_all();
     worker.join();
-    for (Slot &slot : slots) {
-      freeStaging(slot.x);
-      freeStaging(slot.y);
-    }
+    for (Slot &slot : slots)
+      for (void *p : slot.ptrs)
+        freeStaging(p);
   }
 
-  /// Copies the next micro-batch into `x`/`y` (buffers from
-  /// allocateBuffer), ordered before compiled code called afterwards, and
-  /// hands its staging slot back once the copy has read it.
-  void next(void *x, void *y) {
+  /// Copies the next micro-batch into `dst` (one buffer from
+  /// allocateBuffer per column), ordered before compiled code called
+  /// afterwards, and hands its staging slot back once the copies have read
+  /// it.
+  void next(void *const *dst) {
     Slot &slot = slots[consumed % kSlots];
     {
       std::unique_lock<std::mutex> lock(mutex);
       changed.wait(lock, [&] { return produced > consumed; });
     }
-    uint64_t tx = copyFromStaging(x, slot.x, xBytes);
-    uint64_t ty = copyFromStaging(y, slot.y, yBytes);
-    waitStagingCopy(tx);
-    waitStagingCopy(ty);
+    std::vector<uint64_t> tickets;
+    for (size_t c = 0; c < bytes.size(); ++c)
+      tickets.push_back(copyFromStaging(dst[c], slot.ptrs[c], bytes[c]));
+    for (uint64_t t : tickets)
+      waitStagingCopy(t);
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++consumed;
@@ -618,7 +712,7 @@ public:
 
 private:
   struct Slot {
-    void *x = nullptr, *y = nullptr;
+    std::vector<void *> ptrs; // one per column
   };
 
   void run() {
@@ -641,8 +735,7 @@ private:
         for (int64_t j = 0; j < B; ++j)
           gatherRow(
               ds, order[samplePosition(step, k, rank, j, B, world, K, strided)],
-              j, static_cast<uint8_t *>(slot.x),
-              static_cast<uint8_t *>(slot.y));
+              j, slot.ptrs.data());
         {
           std::lock_guard<std::mutex> lock(mutex);
           ++produced;
@@ -662,8 +755,8 @@ private:
   const int64_t stepsPerEpoch;
   const uint64_t seed;
   const bool shuffle, strided;
-  int64_t epoch, step; // the producer's position
-  size_t xBytes = 0, yBytes = 0;
+  int64_t epoch, step;       // the producer's position
+  std::vector<size_t> bytes; // per column, one micro-batch
   Slot slots[kSlots];
   std::mutex mutex;
   std::condition_variable changed;
@@ -748,8 +841,11 @@ double programDigest() {
     mixStr(ddpc_param_names[i]);
     mix(ddpc_param_shapes[i], sizeof(int64_t) * ddpc_param_ranks[i]);
   }
-  mix(&ddpc_data_dtype, sizeof(ddpc_data_dtype));
-  mix(ddpc_data_shape, sizeof(int64_t) * ddpc_data_rank);
+  for (int32_t i = 0; i < ddpc_num_data_inputs; ++i) {
+    mixStr(ddpc_data_names[i]);
+    mix(&ddpc_data_dtypes[i], sizeof(int32_t));
+    mix(ddpc_data_shapes[i], sizeof(int64_t) * ddpc_data_ranks[i]);
+  }
   mix(&ddpc_label_dtype, sizeof(ddpc_label_dtype));
   mix(ddpc_label_shape, sizeof(int64_t) * ddpc_label_rank);
   return h;
@@ -826,10 +922,14 @@ int run(int argc, char **argv) {
   // The tables must describe something this runtime can drive.
   const int64_t B = ddpc_batch_size;
   const int64_t K = ddpc_grad_accum_steps;
-  if (B < 1 || K < 1 || ddpc_data_rank < 1 || ddpc_label_rank < 1 ||
-      ddpc_data_shape[0] != B || ddpc_label_shape[0] != B ||
-      (ddpc_data_dtype != kOnnxFloat && ddpc_data_dtype != kOnnxInt64 &&
-       ddpc_data_dtype != kOnnxInt32) ||
+  bool dataOk = ddpc_num_data_inputs >= 1;
+  for (int32_t i = 0; dataOk && i < ddpc_num_data_inputs; ++i)
+    dataOk = ddpc_data_ranks[i] >= 1 && ddpc_data_shapes[i][0] == B &&
+             (ddpc_data_dtypes[i] == kOnnxFloat ||
+              ddpc_data_dtypes[i] == kOnnxInt64 ||
+              ddpc_data_dtypes[i] == kOnnxInt32);
+  if (B < 1 || K < 1 || !dataOk || ddpc_label_rank < 1 ||
+      ddpc_label_shape[0] != B ||
       (ddpc_label_dtype != kOnnxInt64 && ddpc_label_dtype != kOnnxFloat) ||
       ddpc_opt_slots < 0)
     fatalError("the compiled model's training tables are inconsistent "
@@ -846,11 +946,12 @@ int run(int argc, char **argv) {
     for (int32_t s = 0; s < S; ++s)
       slots.push_back({p.name + "/slot" + std::to_string(s), p.shape, p.numel});
 
-  Dataset train = loadDataset(opt.data, opt.labels);
+  const std::vector<std::string> trainFiles = dataFiles(opt.data, "--data");
+  Dataset train = loadDataset(trainFiles, opt.labels);
   Dataset val;
   bool haveVal = !opt.valData.empty();
   if (haveVal)
-    val = loadDataset(opt.valData, opt.valLabels);
+    val = loadDataset(dataFiles(opt.valData, "--val-data"), opt.valLabels);
 
   requireSameRunOnAllRanks(
       world, rank,
@@ -870,7 +971,7 @@ int run(int argc, char **argv) {
   const int64_t globalBatch = B * world;
   const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);
   if (stepsPerEp == 0)
-    fatalError(opt.data + ": " + std::to_string(train.n) +
+    fatalError(trainFiles[0] + ": " + std::to_string(train.n) +
                " samples are fewer than one optimizer step needs (" +
                std::to_string(globalBatch * K) + " = batch " +
                std::to_string(B) + " x " + std::to_string(world) + " ranks x " +
@@ -1038,9 +1139,15 @@ int run(int argc, char **argv) {
                  "' for appending: " + std::strerror(errno));
   }
 
-  // Micro-batch staging buffers.
-  Aligned xBatch(static_cast<size_t>(B) * train.rowBytes());
-  Aligned yBatch(static_cast<size_t>(B * train.labelElems) * train.labelItem);
+  // Micro-batch buffers, one per column (data inputs, then labels).
+  std::vector<Aligned> batch;
+  batch.reserve(train.columns.size());
+  std::vector<void *> batchPtrs;
+  for (const Column &col : train.columns) {
+    batch.emplace_back(static_cast<size_t>(B) * col.rowBytes());
+    batchPtrs.push_back(batch.back().ptr);
+  }
+  const int32_t D = ddpc_num_data_inputs;
   // Per-step scalars the host reads or writes: host-shared (Memory.h).
   constexpr Placement kHost = Placement::HostShared;
   Aligned lossOut(sizeof(float), kHost), correctOut(sizeof(int64_t), kHost);
@@ -1049,11 +1156,11 @@ int run(int argc, char **argv) {
   Aligned lrArg(sizeof(float), kHost), stepArg(sizeof(int64_t), kHost),
       scaleArg(sizeof(float), kHost);
 
-  std::vector<void *> microArgs(3 * P + 2 * Bf + 5);
+  std::vector<void *> microArgs(3 * P + 2 * Bf + D + 4);
   // Random-number input of every micro-batch (TrainABI.h): {seed, rank}.
   Aligned rngArg(2 * sizeof(int64_t), kHost);
   std::vector<void *> applyArgs(3 * P + 2 * P * S + 3);
-  std::vector<void *> evalArgs(P + Bf + 4);
+  std::vector<void *> evalArgs(P + Bf + D + 3);
   std::vector<void *> normArgs(P + 2);
   Aligned gradNormOut(sizeof(float), kHost);
 
@@ -1137,15 +1244,14 @@ int run(int argc, char **argv) {
       int64_t valid = std::min<int64_t>(B, mine.size() - start);
       for (int64_t j = 0; j < B; ++j)
         gatherRow(val, mine[start + std::min(j, valid - 1)], j,
-                  static_cast<uint8_t *>(xBatch.ptr),
-                  static_cast<uint8_t *>(yBatch.ptr));
+                  batchPtrs.data());
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)
         evalArgs[a++] = paramSets[cp].tensors[i].ptr;
       for (int32_t i = 0; i < Bf; ++i)
         evalArgs[a++] = bufferSets[cb].tensors[i].ptr;
-      evalArgs[a++] = xBatch.ptr;
-      evalArgs[a++] = yBatch.ptr;
+      for (void *p : batchPtrs)
+        evalArgs[a++] = p;
       evalArgs[a++] = sampleLoss.ptr;
       evalArgs[a++] = sampleCorrect.ptr;
       ddpc_eval(evalArgs.data());
@@ -1180,7 +1286,7 @@ int run(int argc, char **argv) {
       zeroBuffer(gradSets[cg].tensors[i].ptr, params[i].numel * sizeof(float));
     double local[2] = {0, 0}; // loss sum over micro-batches, correct
     for (int64_t k = 0; k < K; ++k) {
-      prefetcher.next(xBatch.ptr, yBatch.ptr);
+      prefetcher.next(batchPtrs.data());
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)
         microArgs[a++] = paramSets[cp].tensors[i].ptr;
@@ -1188,8 +1294,8 @@ int run(int argc, char **argv) {
         microArgs[a++] = bufferSets[cb].tensors[i].ptr;
       for (int32_t i = 0; i < P; ++i)
         microArgs[a++] = gradSets[cg].tensors[i].ptr;
-      microArgs[a++] = xBatch.ptr;
-      microArgs[a++] = yBatch.ptr;
+      for (void *p : batchPtrs)
+        microArgs[a++] = p;
       for (int32_t i = 0; i < Bf; ++i)
         microArgs[a++] = bufferSets[1 - cb].tensors[i].ptr;
       for (int32_t i = 0; i < P; ++i)
@@ -1226,7 +1332,7 @@ int run(int argc, char **argv) {
                   pos.stepInEpoch, k, rank, j, B, world, K, pos.strided != 0)]);
         fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg +
                    "; the micro-batch holds samples " + rows +
-                   (B > 16 ? ", ..." : "") + " of " + opt.data);
+                   (B > 16 ? ", ..." : "") + " of " + trainFiles[0]);
       }
       cb = 1 - cb;
       cg = 1 - cg;

@@ -283,6 +283,15 @@ void setNames(func::FuncOp f, ArrayRef<std::string> argNames,
     f.setResultAttr(i, attrs::kName, b.getStringAttr(n));
 }
 
+/// The step functions' names for the data arguments: "data" for a single
+/// data input, "data.<input name>" for each of several.
+void appendDataNames(SmallVectorImpl<std::string> &names,
+                     const TrainingProgramInfo &info) {
+  for (const auto &d : info.data)
+    names.push_back(info.data.size() == 1 ? std::string("data")
+                                          : "data." + d.name);
+}
+
 } // namespace
 
 LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
@@ -338,42 +347,60 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       return failure();
     }
   }
-  // The data input and, when --label-input names a graph input, the labels.
-  int dataArg = -1, labelArg = -1;
+  // The data inputs (every graph input but the labels, in graph-input
+  // order: token ids, an attention mask, ...) and, when --label-input names
+  // a graph input, the labels. All are sharded along their leading (batch)
+  // dimension.
+  SmallVector<unsigned> dataArgs;
+  int labelArg = -1;
   for (unsigned i : inputIdx) {
     if (!opts.labelInput.empty() && argName(fwdTrain, i) == opts.labelInput)
       labelArg = i;
-    else if (dataArg < 0)
-      dataArg = i;
-    else {
-      error = "the model has more than one data input ('" +
-              argName(fwdTrain, dataArg).str() + "', '" +
-              argName(fwdTrain, i).str() +
-              "'); training programs take one data input, and with --loss "
-              "output --label-input NAME makes another the labels input";
-      return failure();
-    }
+    else
+      dataArgs.push_back(i);
   }
-  if (dataArg < 0) {
+  if (dataArgs.empty()) {
     error = "the model has no data input";
     return failure();
   }
-  auto dataType = cast<RankedTensorType>(fty.getInput(dataArg));
-  // float32 samples, or integer token ids (int64, int32).
-  auto dataDType =
-      fwdTrain.getArgAttrOfType<IntegerAttr>(dataArg, attrs::kDType);
-  int32_t dd = dataDType ? dataDType.getInt() : 0;
-  if (dd != 1 && dd != 7 && dd != 6) {
-    std::string got;
-    llvm::raw_string_ostream os(got);
-    os << dataType.getElementType();
-    error = "the data input '" + argName(fwdTrain, dataArg).str() +
-            "' has element type " + got +
-            "; training programs take float32 data or int64/int32 token ids";
-    return failure();
+  SmallVector<RankedTensorType> dataTypes;
+  int64_t B = -1;
+  for (unsigned i : dataArgs) {
+    auto t = cast<RankedTensorType>(fty.getInput(i));
+    // float32 samples, or integer token ids (int64, int32).
+    auto dtypeAttr = fwdTrain.getArgAttrOfType<IntegerAttr>(i, attrs::kDType);
+    int32_t dd = dtypeAttr ? dtypeAttr.getInt() : 0;
+    if (dd != 1 && dd != 7 && dd != 6) {
+      std::string got;
+      llvm::raw_string_ostream os(got);
+      os << t.getElementType();
+      error = "the data input '" + argName(fwdTrain, i).str() +
+              "' has element type " + got +
+              "; training programs take float32 data or int64/int32 token ids";
+      return failure();
+    }
+    if (t.getRank() == 0) {
+      error = "the data input '" + argName(fwdTrain, i).str() +
+              "' is a scalar; data inputs have the batch as their leading "
+              "dimension";
+      return failure();
+    }
+    if (B < 0) {
+      B = t.getDimSize(0);
+    } else if (t.getDimSize(0) != B) {
+      error = "the data inputs '" + argName(fwdTrain, dataArgs[0]).str() +
+              "' and '" + argName(fwdTrain, i).str() +
+              "' have leading dimensions " + std::to_string(B) + " and " +
+              std::to_string(t.getDimSize(0)) +
+              "; every data input is sharded along the batch, so they must "
+              "agree (--batch-size sets them)";
+      return failure();
+    }
+    dataTypes.push_back(t);
+    info.data.push_back(
+        {argName(fwdTrain, i).str(), dd, SmallVector<int64_t>(t.getShape())});
   }
-  info.dataDType = dd;
-  int64_t B = dataType.getDimSize(0);
+  const unsigned D = dataArgs.size();
   unsigned outIdx = 0;
   auto outType = cast<RankedTensorType>(fty.getResult(outIdx));
 
@@ -386,7 +413,12 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       shape += (shape.empty() ? "" : ",") + std::to_string(d);
     error = "--loss " + opts.loss + ": the first output has shape [" + shape +
             "], but its leading dimension must be the per-rank batch (" +
-            std::to_string(B) + ", the data input's)";
+            std::to_string(B) + ", the data inputs')";
+    // A scalar first output is usually the model's own loss, its labels
+    // one of the inputs.
+    if (outType.getRank() == 0)
+      error += "; if it is the loss and a graph input holds the labels, use "
+               "--loss output --label-input NAME";
     return failure();
   }
   if (opts.loss == "cross-entropy") {
@@ -434,7 +466,6 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
         {argName(fwdTrain, i).str(), SmallVector<int64_t>(t.getShape())});
   }
   info.batchSize = B;
-  info.dataShape.assign(dataType.getShape().begin(), dataType.getShape().end());
   info.labelShape.assign(labelType.getShape().begin(),
                          labelType.getShape().end());
   if (labelArg >= 0 && opts.loss == "output") {
@@ -474,7 +505,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     ins.append(paramTypes);
     ins.append(bufferTypes);
     ins.append(paramTypes);
-    ins.push_back(dataType);
+    ins.append(dataTypes.begin(), dataTypes.end());
     ins.push_back(labelType);
     ins.push_back(RankedTensorType::get({2}, i64)); // rng {seed, rank}
     outs.append(bufferTypes);
@@ -490,13 +521,13 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       fwdArgs[i] = entry->getArgument(j);
     for (auto [j, i] : llvm::enumerate(bufferIdx))
       fwdArgs[i] = entry->getArgument(P + j);
-    Value data = entry->getArgument(2 * P + NB);
-    Value labels = entry->getArgument(2 * P + NB + 1);
-    fwdArgs[dataArg] = data;
+    for (auto [j, i] : llvm::enumerate(dataArgs))
+      fwdArgs[i] = entry->getArgument(2 * P + NB + j);
+    Value labels = entry->getArgument(2 * P + NB + D);
     if (labelArg >= 0)
       fwdArgs[labelArg] = labels;
     if (rngArg >= 0)
-      fwdArgs[rngArg] = entry->getArgument(2 * P + NB + 2);
+      fwdArgs[rngArg] = entry->getArgument(2 * P + NB + D + 1);
     SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
     Value out = fwdRes[outIdx];
     Value loss, correct, seed;
@@ -567,7 +598,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       argNames.push_back(s.name);
     for (const auto &s : info.params)
       argNames.push_back("grad_acc." + s.name);
-    argNames.push_back("data");
+    appendDataNames(argNames, info);
     argNames.push_back("labels");
     argNames.push_back("rng");
     for (const auto &s : info.buffers)
@@ -825,7 +856,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     SmallVector<Type> ins;
     ins.append(paramTypes);
     ins.append(bufferTypes);
-    ins.push_back(dataType);
+    ins.append(dataTypes.begin(), dataTypes.end());
     ins.push_back(labelType);
     auto vecF = RankedTensorType::get({B}, f32);
     auto vecI = RankedTensorType::get({B}, i64);
@@ -838,9 +869,9 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       fwdArgs[i] = entry->getArgument(j);
     for (auto [j, i] : llvm::enumerate(bufferIdx))
       fwdArgs[i] = entry->getArgument(P + j);
-    Value data = entry->getArgument(P + NB),
-          labels = entry->getArgument(P + NB + 1);
-    fwdArgs[dataArg] = data;
+    for (auto [j, i] : llvm::enumerate(dataArgs))
+      fwdArgs[i] = entry->getArgument(P + NB + j);
+    Value labels = entry->getArgument(P + NB + D);
     if (labelArg >= 0)
       fwdArgs[labelArg] = labels;
     SmallVector<Value> fwdRes = inlineBody(fb, fwdEval, fwdArgs);
@@ -886,7 +917,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       argNames.push_back(s.name);
     for (const auto &s : info.buffers)
       argNames.push_back(s.name);
-    argNames.append({"data", "labels"});
+    appendDataNames(argNames, info);
+    argNames.push_back("labels");
     setNames(fn, argNames, {"sample_loss", "sample_correct"});
   }
 

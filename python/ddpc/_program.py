@@ -55,6 +55,36 @@ class TrainResult:
     stdout: str = ""
 
 
+def _data_columns(data: Any, what: str) -> list[tuple[str | None, np.ndarray]]:
+    """The data inputs of train(): one array, a list or tuple of arrays (in
+    graph-input order; name None), or a dict by input name."""
+    if isinstance(data, Mapping):
+        if not data:
+            raise ValueError(f"{what} is an empty dict")
+        return [(str(k), np.asarray(v)) for k, v in data.items()]
+    if isinstance(data, (list, tuple)):
+        if not data:
+            raise ValueError(f"{what} is an empty list")
+        return [(None, np.asarray(v)) for v in data]
+    return [(None, np.asarray(data))]
+
+
+def _save_columns(
+    workdir: pathlib.Path,
+    columns: list[tuple[str | None, np.ndarray]],
+    stem: str,
+    flag: str,
+) -> list[str]:
+    """Writes each data column as ``<stem><i>.npy``; returns the program's
+    ``flag FILE`` (or ``flag NAME=FILE``) arguments."""
+    args = []
+    for i, (name, array) in enumerate(columns):
+        file = f"{stem}{i}.npy"
+        np.save(workdir / file, np.ascontiguousarray(array))
+        args += [flag, file if name is None else f"{name}={file}"]
+    return args
+
+
 def _aligned_empty(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
     """An uninitialized C-contiguous array whose data is 64-byte aligned and
     backed by at least one byte (ModelABI.h)."""
@@ -365,11 +395,13 @@ class Program:
 
     def train(
         self,
-        data: np.ndarray,
+        data: np.ndarray | Sequence[np.ndarray] | Mapping[str, np.ndarray],
         labels: np.ndarray,
         epochs: int = 1,
         ranks: int = 1,
-        val_data: np.ndarray | None = None,
+        val_data: (
+            np.ndarray | Sequence[np.ndarray] | Mapping[str, np.ndarray] | None
+        ) = None,
         val_labels: np.ndarray | None = None,
         shuffle_seed: int = 0,
         shuffle: bool = True,
@@ -392,13 +424,18 @@ class Program:
         Args:
             data: ``[N, ...]`` samples in the model input's dtype (float32,
                 or int64/int32 token ids; float64 and other integer arrays
-                are converted), N >= global batch.
+                are converted), N >= global batch. A model with several
+                data inputs (token ids and an attention mask) takes a list
+                of arrays in graph-input order or a dict by input name, all
+                with the same N; row i of each is sample i, and they are
+                sharded together (``--data NAME=FILE``, one per input).
             labels: ``[N]`` int64 class indices for cross-entropy, or
                 ``[N, ...]`` float32 targets for mse.
             epochs: passes over the data.
             ranks: data-parallel processes (MPI ranks); each takes
                 ``batch_size`` samples per micro-batch.
-            val_data, val_labels: optional validation set, both or neither.
+            val_data, val_labels: optional validation set, both or neither
+                (``val_data`` in the form of ``data``).
             shuffle_seed: sampler seed; epoch e visits the samples in the
                 order of permutation ``seed + e`` (same on every rank).
             shuffle: False visits the samples in file order every epoch
@@ -435,13 +472,15 @@ class Program:
             raise RuntimeError(
                 "train() needs a training program: compile with train=TrainConfig(...)"
             )
-        data = np.asarray(data)
+        columns = _data_columns(data, "data")
         labels = np.asarray(labels)
-        if data.ndim == 0 or labels.ndim == 0 or len(data) != len(labels):
-            raise ValueError(
-                f"data and labels must have the same leading dimension, got shapes "
-                f"{list(data.shape)} and {list(labels.shape)}"
-            )
+        for name, array in columns:
+            if array.ndim == 0 or labels.ndim == 0 or len(array) != len(labels):
+                what = "data" if name is None else f"data[{name!r}]"
+                raise ValueError(
+                    f"{what} and labels must have the same leading dimension, "
+                    f"got shapes {list(array.shape)} and {list(labels.shape)}"
+                )
         if (val_data is None) != (val_labels is None):
             raise ValueError("pass both val_data and val_labels, or neither")
         if int(epochs) < 1 or int(ranks) < 1:
@@ -454,12 +493,10 @@ class Program:
         with tempfile.TemporaryDirectory(prefix="ddpc-train-") as work:
             workdir = pathlib.Path(work)
             self.save(workdir / "train")
-            np.save(workdir / "X.npy", np.ascontiguousarray(data))
             np.save(workdir / "Y.npy", np.ascontiguousarray(labels))
             cmd = [
                 "./train",
-                "--data",
-                "X.npy",
+                *_save_columns(workdir, columns, "X", "--data"),
                 "--labels",
                 "Y.npy",
                 "--epochs",
@@ -486,11 +523,12 @@ class Program:
                     else ["--no-shuffle"]
                 )
             if val_data is not None:
-                np.save(workdir / "VX.npy", np.ascontiguousarray(np.asarray(val_data)))
+                val_columns = _data_columns(val_data, "val_data")
+                cmd += _save_columns(workdir, val_columns, "VX", "--val-data")
                 np.save(
                     workdir / "VY.npy", np.ascontiguousarray(np.asarray(val_labels))
                 )
-                cmd += ["--val-data", "VX.npy", "--val-labels", "VY.npy"]
+                cmd += ["--val-labels", "VY.npy"]
             if not any(a.split("=")[0] == "--nan-policy" for a in extra):
                 cmd += ["--nan-policy", nan_policy]
             cmd += extra

@@ -770,9 +770,10 @@ def test_initializers_the_loss_does_not_reach_stay_fixed(ddpc, tmp_path):
 
 
 def test_two_inputs_without_label_input_says_how(ddpc, tmp_path):
-    """The message for a second graph input points to the option that
-    works: --label-input needs --loss output (it used to suggest
-    --label-input alone, which the default loss then refused)."""
+    """A scalar first output with --loss mse, the labels a second graph
+    input: the message points to the option that works (--label-input needs
+    --loss output; it used to suggest --label-input alone, which the
+    default loss then refused)."""
     loss_output_model(tmp_path / "m.onnx")
     proc = subprocess.run(
         [
@@ -792,8 +793,8 @@ def test_two_inputs_without_label_input_says_how(ddpc, tmp_path):
         timeout=300,
     )
     assert proc.returncode == 1
-    assert "more than one data input ('x', 't')" in proc.stderr, proc.stderr
-    assert "with --loss output --label-input NAME" in proc.stderr, proc.stderr
+    assert "the first output has shape []" in proc.stderr, proc.stderr
+    assert "use --loss output --label-input NAME" in proc.stderr, proc.stderr
 
 
 def test_initializers_reaching_the_loss_only_as_indices_or_shapes_stay_fixed(

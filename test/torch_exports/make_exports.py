@@ -59,6 +59,128 @@ MODELS = {
     "convbn": (ConvBN, (3, 8, 8), 5),
 }
 
+# Language models: vocabulary, sequence length, width, heads, layers, classes.
+V, T, D, HEADS, LAYERS, CLASSES = 50, 8, 16, 2, 2, 3
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention written out (Q K^T / sqrt(d) + bias,
+    softmax, V), as GPT-2's and BERT's reference code does."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x, bias):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        heads = [z.view(b, t, HEADS, D // HEADS).transpose(1, 2) for z in (q, k, v)]
+        att = heads[0] @ heads[1].transpose(-2, -1) / (D // HEADS) ** 0.5
+        att = self.drop(torch.softmax(att + bias, dim=-1))
+        return self.proj((att @ heads[2]).transpose(1, 2).reshape(b, t, D))
+
+
+class Block(nn.Module):
+    """A transformer layer: pre-LayerNorm (GPT-2) or post-LayerNorm (BERT),
+    GELU MLP."""
+
+    def __init__(self, pre_norm):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.attn, self.ln1, self.ln2 = (
+            SelfAttention(),
+            nn.LayerNorm(D),
+            nn.LayerNorm(D),
+        )
+        self.mlp = nn.Sequential(
+            nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D), nn.Dropout(0.0)
+        )
+
+    def forward(self, x, bias):
+        if self.pre_norm:
+            x = x + self.attn(self.ln1(x), bias)
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x, bias))
+        return self.ln2(x + self.mlp(x))
+
+
+class BertStyle(nn.Module):
+    """Token + position embeddings, an additive attention-mask bias from an
+    int64 attention_mask (1 = token, 0 = padding) as BERT computes it,
+    post-LN layers, a classifier on the first token."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.register_buffer("position_ids", torch.arange(T)[None, :])
+        self.ln = nn.LayerNorm(D)
+        self.blocks = nn.ModuleList(Block(False) for _ in range(LAYERS))
+        self.cls = nn.Linear(D, CLASSES)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.ln(self.tok(input_ids) + self.pos(self.position_ids))
+        bias = (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+        for blk in self.blocks:
+            h = blk(h, bias)
+        return self.cls(h[:, 0])
+
+
+class GptStyle(nn.Module):
+    """Token + position embeddings, a causal mask (a bool buffer), pre-LN
+    layers, the output head tied to the token embedding, and the
+    next-token cross-entropy as the first output (labels an input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.register_buffer("position_ids", torch.arange(T)[None, :])
+        self.register_buffer("causal", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+        self.blocks = nn.ModuleList(Block(True) for _ in range(LAYERS))
+        self.ln = nn.LayerNorm(D)
+
+    def forward(self, input_ids, labels):
+        h = self.tok(input_ids) + self.pos(self.position_ids)
+        bias = torch.zeros(T, T).masked_fill(~self.causal, float("-inf"))
+        for blk in self.blocks:
+            h = blk(h, bias)
+        logits = self.ln(h) @ self.tok.weight.t()
+        loss = nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+        return loss, logits
+
+
+def bert_data(rng, n):
+    ids = rng.integers(1, V, (n, T))
+    lengths = rng.integers(T // 2, T + 1, n)
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask == 1, ids, 0)  # padding token 0
+    return {"input_ids": ids, "attention_mask": mask}, rng.integers(0, CLASSES, n)
+
+
+def gpt_data(rng, n):
+    seq = rng.integers(0, V, (n, T + 1))
+    return {"input_ids": seq[:, :-1], "labels": seq[:, 1:]}, None
+
+
+# name: (class, data maker, output names). A model whose first output is
+# its loss ("lm") takes its labels as an input; the others are classifiers
+# trained with cross-entropy on labels y.
+LANGUAGE_MODELS = {
+    "bert": (BertStyle, bert_data, ["logits"]),
+    "gpt": (GptStyle, gpt_data, ["loss", "logits"]),
+}
+
+
+def step_loss(model, inputs, y, rows):
+    """The training loss on samples `rows`: `inputs` one array or a dict of
+    the model's inputs; cross-entropy against y, or (y None) the model's
+    own loss, its first output."""
+    xs = inputs.values() if isinstance(inputs, dict) else [inputs]
+    out = model(*(torch.from_numpy(v[rows]) for v in xs))
+    if y is None:
+        return out[0]
+    return nn.functional.cross_entropy(out, torch.from_numpy(y[rows]))
+
 
 def export(model, sample, path, training, opset):
     """Exports a copy of `model`. Tracing in training mode runs a forward
@@ -99,9 +221,7 @@ def train(model, x, y, opt_name):
     )
     losses = []
     for s in range(STEPS):
-        xb = torch.from_numpy(x[s * BATCH : (s + 1) * BATCH])
-        yb = torch.from_numpy(y[s * BATCH : (s + 1) * BATCH])
-        loss = nn.functional.cross_entropy(model(xb), yb)
+        loss = step_loss(model, x, y, slice(s * BATCH, (s + 1) * BATCH))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -113,8 +233,9 @@ def _ddp_worker(rank, world, model, x, y, port, out):
     """One rank of DistributedDataParallel (gloo): DistributedSampler's
     assignment without shuffling (rank r takes samples r, r + world, ...),
     BATCH / world per rank, SGD; rank 0 records the mean of the ranks'
-    losses per step and its eval-mode outputs at the end (DDP broadcasts
-    rank 0's BatchNorm buffers)."""
+    losses per step and, given eval_x, its eval-mode outputs at the end (DDP
+    broadcasts rank 0's BatchNorm buffers). `x` and the loss as in
+    step_loss."""
     import os
 
     import torch.distributed as dist
@@ -125,14 +246,12 @@ def _ddp_worker(rank, world, model, x, y, port, out):
     ddp = nn.parallel.DistributedDataParallel(copy.deepcopy(model))
     ddp.train()
     opt = torch.optim.SGD(ddp.parameters(), **SGD)
-    idx = np.arange(rank, len(x), world)  # DistributedSampler(shuffle=False)
+    n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
+    idx = np.arange(rank, n, world)  # DistributedSampler(shuffle=False)
     b = BATCH // world
     losses = []
     for s in range(STEPS):
-        rows = idx[s * b : (s + 1) * b]
-        loss = nn.functional.cross_entropy(
-            ddp(torch.from_numpy(x[rows])), torch.from_numpy(y[rows])
-        )
+        loss = step_loss(ddp, x, y, idx[s * b : (s + 1) * b])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -141,8 +260,10 @@ def _ddp_worker(rank, world, model, x, y, port, out):
         losses.append(float(mean) / world)
     if rank == 0:
         ddp.module.eval()
-        with torch.no_grad():
-            eval_y = ddp.module(torch.from_numpy(out["eval_x"])).numpy()
+        eval_y = np.zeros(0)
+        if out["eval_x"] is not None:
+            with torch.no_grad():
+                eval_y = ddp.module(torch.from_numpy(out["eval_x"])).numpy()
         np.savez(out["path"], losses=np.array(losses), eval_y=eval_y)
     dist.destroy_process_group()
 
@@ -164,7 +285,67 @@ def train_ddp(model, x, y, eval_x, world=2):
         return r["losses"].tolist(), r["eval_y"].tolist()
 
 
+def export_lm(model, sample, path, training, outputs):
+    """torch.onnx.export of a language model (opset 17, batch dim N)."""
+    model = copy.deepcopy(model)
+    model.train(training)
+    mode = (
+        torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    )
+    names = list(sample)
+    torch.onnx.export(
+        model,
+        tuple(torch.from_numpy(v) for v in sample.values()),
+        str(path),
+        training=mode,
+        dynamo=False,
+        opset_version=17,
+        input_names=names,
+        output_names=outputs,
+        dynamic_axes={n: {0: "N"} for n in names + [o for o in outputs if o != "loss"]},
+    )
+
+
+def make_language_models():
+    for name, (cls, make_data, outputs) in LANGUAGE_MODELS.items():
+        torch.manual_seed(0)
+        model = cls()
+        rng = np.random.default_rng(0)
+        inputs, y = make_data(rng, STEPS * BATCH)
+        eval_inputs, _ = make_data(rng, 4)
+        sample = {k: v[:BATCH] for k, v in inputs.items()}
+        export_lm(model, sample, HERE / f"{name}.eval.onnx", False, outputs)
+        export_lm(model, sample, HERE / f"{name}.train.onnx", True, outputs)
+        arrays = {f"in_{k}": v for k, v in inputs.items()}
+        arrays.update({f"eval_{k}": v for k, v in eval_inputs.items()})
+        if y is not None:
+            arrays["y"] = y
+        np.savez(HERE / f"{name}.npz", **arrays)
+        trained, sgd = train(model, inputs, y, "sgd")
+        _, adamw = train(model, inputs, y, "adamw")
+        trained.eval()
+        with torch.no_grad():
+            out = trained(*(torch.from_numpy(v) for v in eval_inputs.values()))
+        eval_y = out if y is not None else out[1]
+        ref = {
+            "torch": torch.__version__,
+            "steps": STEPS,
+            "batch": BATCH,
+            "inputs": list(inputs),
+            # The model's first output is its loss, its labels an input.
+            "label_input": None if y is not None else "labels",
+            "sgd_options": SGD,
+            "adamw_options": {**ADAMW, "betas": list(ADAMW["betas"])},
+            "losses": {"sgd": sgd, "adamw": adamw},
+            "eval_y": eval_y.numpy().tolist(),
+            "ddp2": {"losses": train_ddp(model, inputs, y, None)[0]},
+        }
+        (HERE / f"{name}.json").write_text(json.dumps(ref, indent=1) + "\n")
+        print(f"{name}: sgd {sgd[0]:.4f} -> {sgd[-1]:.4f}")
+
+
 def main():
+    make_language_models()
     torch.manual_seed(0)
     for name, (cls, shape, classes) in MODELS.items():
         model = cls()

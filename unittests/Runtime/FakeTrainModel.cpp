@@ -139,9 +139,12 @@ const float ddpc_default_lr = 0.1f;
 
 const int64_t ddpc_batch_size = kB;
 const int32_t ddpc_grad_accum_steps = ACCUM;
-const int32_t ddpc_data_dtype = 1;
-const int32_t ddpc_data_rank = 2;
-const int64_t ddpc_data_shape[] = {kB, kF};
+const int32_t ddpc_num_data_inputs = 1;
+const char *const ddpc_data_names[] = {"x"};
+const int32_t ddpc_data_dtypes[] = {1};
+const int32_t ddpc_data_ranks[] = {2};
+static const int64_t kShapeX[] = {kB, kF};
+const int64_t *const ddpc_data_shapes[] = {kShapeX};
 const int32_t ddpc_label_dtype = 7;
 const int32_t ddpc_label_rank = 1;
 const int64_t ddpc_label_shape[] = {kB};

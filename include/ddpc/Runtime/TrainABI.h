@@ -60,10 +60,16 @@ extern const float ddpc_default_lr;
 extern const int64_t ddpc_batch_size;
 /// Micro-batches accumulated per optimizer step (K >= 1).
 extern const int32_t ddpc_grad_accum_steps;
-/// Data input: dtype (ONNX number, FLOAT), rank and shape including B.
-extern const int32_t ddpc_data_dtype;
-extern const int32_t ddpc_data_rank;
-extern const int64_t ddpc_data_shape[];
+/// Data inputs (D = ddpc_num_data_inputs >= 1: every graph input but the
+/// labels, in graph-input order, e.g. token ids and an attention mask), each
+/// read from its own --data file and sharded along its leading dimension:
+/// ONNX input name, dtype (FLOAT, INT64 or INT32), rank and shape including
+/// B.
+extern const int32_t ddpc_num_data_inputs;
+extern const char *const ddpc_data_names[];
+extern const int32_t ddpc_data_dtypes[];
+extern const int32_t ddpc_data_ranks[];
+extern const int64_t *const ddpc_data_shapes[];
 /// Labels: dtype (INT64 for cross-entropy, FLOAT for mse), rank, shape
 /// including B.
 extern const int32_t ddpc_label_dtype;
@@ -87,12 +93,13 @@ extern const int64_t ddpc_onnx_model_size;
 //===----------------------------------------------------------------------===//
 // Step functions defined by the compiled object
 //===----------------------------------------------------------------------===//
-// P = ddpc_num_params, Bf = ddpc_num_buffers, S = ddpc_opt_slots.
+// P = ddpc_num_params, Bf = ddpc_num_buffers, S = ddpc_opt_slots,
+// D = ddpc_num_data_inputs.
 
 /// One micro-batch: forward, loss, backward; adds the gradient of the
 /// micro-batch's mean loss to the gradient accumulators and returns the
 /// updated buffers (BatchNorm running statistics, training mode).
-///   args = [params(P), buffers(Bf), grad_acc(P), data, labels,
+///   args = [params(P), buffers(Bf), grad_acc(P), data(D), labels,
 ///           /*outputs*/ new_buffers(Bf), new_grad_acc(P),
 ///           loss (f32 scalar, mean over B), correct (i64 scalar),
 ///           rng (i64[2] input: {seed of this micro-batch, rank})]
@@ -112,7 +119,7 @@ void ddpc_apply(void **args);
 
 /// Evaluation (inference-mode ops: BatchNorm uses the running statistics,
 /// Dropout is the identity) on one batch of B samples.
-///   args = [params(P), buffers(Bf), data, labels,
+///   args = [params(P), buffers(Bf), data(D), labels,
 ///           /*outputs*/ sample_loss (f32[B]), sample_correct (i64[B])]
 void ddpc_eval(void **args);
 

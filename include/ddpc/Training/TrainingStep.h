@@ -46,9 +46,16 @@ struct TrainingProgramInfo {
   int optSlots = 0;
   std::string optimizerDesc;
   int64_t batchSize = 0;
-  llvm::SmallVector<int64_t> dataShape, labelShape;
-  /// ONNX dtype of the data input: 1 (float32), 7 (int64) or 6 (int32).
-  int32_t dataDType = 1;
+  /// The data inputs, in graph-input order (every graph input but the
+  /// labels): name, ONNX dtype (1 float32, 7 int64 or 6 int32) and shape
+  /// with the per-rank batch B first.
+  struct DataInput {
+    std::string name;
+    int32_t dtype = 1;
+    llvm::SmallVector<int64_t> shape;
+  };
+  std::vector<DataInput> data;
+  llvm::SmallVector<int64_t> labelShape;
   int32_t labelDType = 7;
   bool classification = true;
   /// Classes of a cross-entropy loss (logits' last dim); 0 otherwise.

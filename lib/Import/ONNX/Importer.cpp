@@ -31,6 +31,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <sys/stat.h>
@@ -120,6 +121,17 @@ const onnx::AttributeProto *NodeContext::attr(StringRef name) const {
     if (a.name() == name)
       return &a;
   return nullptr;
+}
+
+/// Whether a float tensor holds an inf or a nan.
+static bool holdsNonFinite(DenseElementsAttr attr) {
+  if (!attr || !isa<FloatType>(attr.getElementType()))
+    return false;
+  if (attr.getElementType().isF32())
+    return llvm::any_of(attr.getValues<float>(),
+                        [](float v) { return !std::isfinite(v); });
+  return llvm::any_of(attr.getValues<APFloat>(),
+                      [](const APFloat &v) { return !v.isFinite(); });
 }
 
 /// AttributeProto.AttributeType as the ONNX spec names it.
@@ -1215,6 +1227,11 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
         continue;
       bool isBuffer = gi.bufferNames.contains(t.name());
       if (!isBuffer && !implicitReads && !lossDeps.contains(t.name()))
+        continue;
+      // No parameter holds inf or nan: such an initializer is a constant
+      // an exporter folded (torch.onnx.export's causal mask, -inf above
+      // the diagonal).
+      if (!isBuffer && holdsNonFinite(gi.constants[t.name()].first))
         continue;
       stateArgs.push_back({t.name(), isBuffer ? "buffer" : "param"});
     }

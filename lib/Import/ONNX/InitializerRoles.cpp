@@ -26,6 +26,9 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace ddpc {
 
 using namespace onnx_import;
@@ -122,14 +125,159 @@ static void separateRoles(onnx::ModelProto &model, bool &changed) {
   }
 }
 
-void separateInitializerRoles(std::string &modelBytes) {
+/// torch.onnx.export in eval mode merges initializers of equal values and
+/// writes each merged one as an Identity of the one it kept: the five
+/// LayerNorm scales of a fresh model (all ones) become Identity copies of
+/// one. Trained as written they would be one parameter, so each Identity of
+/// a float initializer (in the main graph, not a graph output) becomes an
+/// initializer of its own with the same values, as in the exported module.
+/// Returns the names of the copies.
+static std::vector<std::string> splitIdentityCopies(onnx::ModelProto &model,
+                                                    bool &changed) {
+  onnx::GraphProto *graph = model.mutable_graph();
+  llvm::StringMap<int> floatInits;
+  for (int t = 0; t < graph->initializer_size(); ++t)
+    if (isFloatDType(graph->initializer(t).data_type()))
+      floatInits[graph->initializer(t).name()] = t;
+  llvm::StringSet<> graphOutputs, graphInputs;
+  for (const auto &o : graph->output())
+    graphOutputs.insert(o.name());
+  for (const auto &i : graph->input())
+    graphInputs.insert(i.name());
+  std::vector<std::string> copies;
+  auto *nodes = graph->mutable_node();
+  for (int n = nodes->size() - 1; n >= 0; --n) {
+    const onnx::NodeProto &node = nodes->Get(n);
+    if (node.op_type() != "Identity" ||
+        (!node.domain().empty() && node.domain() != "ai.onnx") ||
+        node.input_size() != 1 || node.output_size() != 1)
+      continue;
+    auto it = floatInits.find(node.input(0));
+    const std::string &out = node.output(0);
+    // An initializer that is also a graph input (IR < 4) may be fed at
+    // run time: its copies stay Identity nodes.
+    if (it == floatInits.end() || graphOutputs.contains(out) ||
+        graphInputs.contains(node.input(0)) || floatInits.count(out))
+      continue;
+    onnx::TensorProto copy = graph->initializer(it->second);
+    copy.set_name(out);
+    *graph->add_initializer() = std::move(copy);
+    copies.push_back(out);
+    nodes->DeleteSubrange(n, 1);
+    changed = true;
+  }
+  std::reverse(copies.begin(), copies.end());
+  return copies;
+}
+
+/// The float32 values of an initializer (raw_data or float_data); empty
+/// for another dtype or external data.
+static std::vector<float> floatValues(const onnx::TensorProto &t) {
+  std::vector<float> v;
+  if (t.data_type() != onnx::TensorProto::FLOAT ||
+      t.data_location() == onnx::TensorProto::EXTERNAL)
+    return v;
+  if (t.has_raw_data()) {
+    v.resize(t.raw_data().size() / sizeof(float));
+    std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+  } else {
+    v.assign(t.float_data().begin(), t.float_data().end());
+  }
+  return v;
+}
+
+/// torch.onnx.export's constant folding turns `x @ W.t()` into a MatMul
+/// with a folded initializer `onnx::MatMul_<n>` holding W^T. When W is
+/// also read elsewhere (GPT-2's output head tied to the token embedding),
+/// the file holds two independent tensors and the tie is lost. An
+/// `onnx::`-named float32 matrix that equals another initializer's
+/// transpose bit for bit becomes a Transpose node of it again, so both
+/// uses train one parameter as in the exported module. Returns the names
+/// of the re-tied initializers.
+static std::vector<std::string> retieFoldedTransposes(onnx::ModelProto &model,
+                                                      bool &changed) {
+  onnx::GraphProto *graph = model.mutable_graph();
+  std::vector<std::string> retied;
+  llvm::StringSet<> graphInputs;
+  for (const auto &i : graph->input())
+    graphInputs.insert(i.name());
+  auto isMatrix = [&](const onnx::TensorProto &t) {
+    return t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() == 2 &&
+           !graphInputs.contains(t.name());
+  };
+  std::vector<std::pair<std::string, std::string>> pairs; // (folded, source)
+  for (const auto &b : graph->initializer()) {
+    if (!isMatrix(b) || !llvm::StringRef(b.name()).starts_with("onnx::"))
+      continue;
+    std::vector<float> bv;
+    for (const auto &a : graph->initializer()) {
+      if (&a == &b || !isMatrix(a) || a.dims(0) != b.dims(1) ||
+          a.dims(1) != b.dims(0))
+        continue;
+      if (bv.empty())
+        bv = floatValues(b);
+      std::vector<float> av = floatValues(a);
+      int64_t rows = a.dims(0), cols = a.dims(1);
+      if (av.size() != static_cast<size_t>(rows * cols) ||
+          bv.size() != av.size())
+        continue;
+      bool transposed = true;
+      for (int64_t r = 0; transposed && r < rows; ++r)
+        for (int64_t c = 0; transposed && c < cols; ++c)
+          transposed = std::memcmp(&av[r * cols + c], &bv[c * rows + r],
+                                   sizeof(float)) == 0;
+      if (transposed) {
+        pairs.push_back({b.name(), a.name()});
+        break;
+      }
+    }
+  }
+  if (pairs.empty())
+    return retied;
+  llvm::StringSet<> folded;
+  for (const auto &[b, a] : pairs)
+    folded.insert(b);
+  auto *inits = graph->mutable_initializer();
+  for (int i = inits->size() - 1; i >= 0; --i)
+    if (folded.contains(inits->Get(i).name()))
+      inits->DeleteSubrange(i, 1);
+  // The Transpose nodes come first: they read initializers only.
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (const auto &[b, a] : pairs) {
+    onnx::NodeProto *t = nodes.Add();
+    t->set_op_type("Transpose");
+    t->set_name(b + "/retied");
+    t->add_input(a);
+    t->add_output(b);
+    onnx::AttributeProto *perm = t->add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnx::AttributeProto::INTS);
+    perm->add_ints(1);
+    perm->add_ints(0);
+    retied.push_back(b + " = " + a + "^T");
+  }
+  for (const auto &n : graph->node())
+    *nodes.Add() = n;
+  graph->mutable_node()->Swap(&nodes);
+  changed = true;
+  return retied;
+}
+
+std::vector<std::string>
+separateInitializerRoles(std::string &modelBytes,
+                         std::vector<std::string> *retied) {
   onnx::ModelProto model;
   if (!model.ParseFromString(modelBytes))
-    return; // The importer reports it.
+    return {}; // The importer reports it.
   bool changed = false;
+  std::vector<std::string> copies = splitIdentityCopies(model, changed);
+  std::vector<std::string> ties = retieFoldedTransposes(model, changed);
+  if (retied)
+    *retied = ties;
   separateRoles(model, changed);
   if (changed)
     modelBytes = model.SerializeAsString();
+  return copies;
 }
 
 } // namespace ddpc

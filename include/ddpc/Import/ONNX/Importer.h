@@ -103,9 +103,18 @@ void registerImportDialects(mlir::DialectRegistry &registry);
 /// keep the name, each BatchNormalization running-statistics slot gets a
 /// copy named `<name>.<node>.running_mean|running_var` (unless it is the
 /// only role), configuration inputs (Dropout's ratio, Clip's bounds, Pow's
-/// exponent) one constant copy `<name>.constant`. Rewrites `modelBytes` (a
-/// serialized ModelProto) only when something changed.
-void separateInitializerRoles(std::string &modelBytes);
+/// exponent) one constant copy `<name>.constant`. First, each Identity node
+/// that copies a float initializer (torch.onnx.export's eval-mode merge of
+/// equal-valued parameters) becomes an initializer of its own, named by
+/// the Identity's output; and an `onnx::`-named float matrix equal to
+/// another initializer's transpose (the exporter's folded `W.t()` of a tied
+/// weight) becomes a Transpose node of it, `retied` receiving one
+/// "folded = source^T" per such tensor. Rewrites `modelBytes` (a serialized
+/// ModelProto) only when something changed; returns the names of the
+/// Identity copies.
+std::vector<std::string>
+separateInitializerRoles(std::string &modelBytes,
+                         std::vector<std::string> *retied = nullptr);
 
 /// Rewrites a training-mode export (`modelBytes`, a serialized ModelProto)
 /// into the form an eval-mode export has, for the trained model a training

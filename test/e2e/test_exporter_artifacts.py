@@ -1,0 +1,165 @@
+"""What torch.onnx.export writes that is not the module: training must
+see the module's parameters, not the file's.
+
+- In eval mode the exporter merges parameters of equal values (a fresh
+  model's LayerNorm scales are all ones) into one initializer read through
+  Identity nodes named after the others: each copy trains on its own.
+- Constant folding turns `x @ W.t()` into a MatMul with `onnx::MatMul_<n>`
+  holding W^T; a tied output head (GPT-2's, the token embedding's
+  transpose) becomes a second, independent tensor: it is re-tied.
+- A folded causal mask is a float initializer holding -inf: not a
+  parameter.
+
+Oracle (an invariant): each artifact trains exactly like the model as the
+module means it (distinct tensors, a Transpose node, a frozen constant).
+"""
+
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ddpc_testing import ENV
+
+N, F, V, S, B = 32, 4, 7, 3, 8
+
+
+def save(path, nodes, inputs, inits, classes):
+    g = helper.make_graph(
+        nodes,
+        "artifact",
+        inputs,
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def train(ddpc, tmp, model, *flags):
+    """Compiles and trains `model` (5 epochs, no shuffle); returns the
+    trained initializers and the compiler's stderr."""
+    prog = tmp / (model + ".prog")
+    proc = subprocess.run(
+        [ddpc, "compile", str(tmp / model), "--train", "--batch-size", str(B)]
+        + ["--lr", "0.3", "-o", str(prog), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stderr
+    out = tmp / (model + ".trained.onnx")
+    proc = subprocess.run(
+        [str(prog), "--data", "x.npy", "--labels", "y.npy", "--epochs", "5"]
+        + ["--no-shuffle", "--quiet", "--save", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+        cwd=tmp,
+    )
+    assert proc.returncode == 0, proc.stderr
+    saved = onnx.load(out)
+    onnx.checker.check_model(saved)
+    return {t.name: numpy_helper.to_array(t) for t in saved.graph.initializer}, notes
+
+
+def float_data(tmp, classes):
+    rng = np.random.default_rng(1)
+    np.save(tmp / "x.npy", rng.standard_normal((N, F)).astype(np.float32))
+    np.save(tmp / "y.npy", rng.integers(0, classes, N).astype(np.int64))
+
+
+def test_identity_copies_train_as_separate_parameters(ddpc, tmp_path):
+    rng = np.random.default_rng(0)
+    inits = {
+        "s1": np.ones(F, np.float32),
+        "s2": np.ones(F, np.float32),
+        "W": rng.standard_normal((F, 3)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Mul", ["x", "s1"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["t"]),
+        helper.make_node("Mul", ["t", "s2"], ["b"]),
+        helper.make_node("MatMul", ["b", "W"], ["logits"]),
+    ]
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])]
+    save(tmp_path / "distinct.onnx", nodes, x, inits, 3)
+    merged = dict(inits)
+    del merged["s2"]
+    save(
+        tmp_path / "merged.onnx",
+        [helper.make_node("Identity", ["s1"], ["s2"])] + nodes,
+        x,
+        merged,
+        3,
+    )
+    float_data(tmp_path, 3)
+    want, _ = train(ddpc, tmp_path, "distinct.onnx")
+    got, notes = train(ddpc, tmp_path, "merged.onnx")
+    assert "1 initializer(s) written as Identity copies of another" in notes
+    for k in inits:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert np.abs(want["s1"] - want["s2"]).max() > 1e-3  # they did part
+
+
+def test_folded_transpose_of_a_tied_weight_is_retied(ddpc, tmp_path):
+    rng = np.random.default_rng(0)
+    E = rng.standard_normal((V, F)).astype(np.float32)
+    embed = [
+        helper.make_node("Gather", ["E", "ids"], ["h"]),
+        helper.make_node("ReduceMean", ["h"], ["p"], axes=[1], keepdims=0),
+    ]
+    ids = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", S])]
+    save(
+        tmp_path / "tied.onnx",
+        embed
+        + [
+            helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+            helper.make_node("MatMul", ["p", "Et"], ["logits"]),
+        ],
+        ids,
+        {"E": E},
+        V,
+    )
+    save(
+        tmp_path / "folded.onnx",
+        embed + [helper.make_node("MatMul", ["p", "onnx::MatMul_9"], ["logits"])],
+        ids,
+        {"E": E, "onnx::MatMul_9": np.ascontiguousarray(E.T)},
+        V,
+    )
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "x.npy", rng.integers(0, V, (N, S)))
+    np.save(tmp_path / "y.npy", rng.integers(0, V, N).astype(np.int64))
+    want, _ = train(ddpc, tmp_path, "tied.onnx")
+    got, notes = train(ddpc, tmp_path, "folded.onnx")
+    assert "onnx::MatMul_9 = E^T is an exporter-folded transpose" in notes
+    np.testing.assert_array_equal(got["E"], want["E"])
+    assert "onnx::MatMul_9" not in got
+
+
+def test_non_finite_initializer_is_a_constant(ddpc, tmp_path):
+    """A float initializer holding -inf (a folded mask) stays a constant:
+    training it turned the weights into inf/nan."""
+    rng = np.random.default_rng(0)
+    inits = {
+        "mask": np.array([0, -np.inf, 0, -np.inf], np.float32),
+        "W": rng.standard_normal((F, 3)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Add", ["x", "mask"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "W"], ["logits"]),
+    ]
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])]
+    save(tmp_path / "m.onnx", nodes, x, inits, 3)
+    float_data(tmp_path, 3)
+    want, _ = train(ddpc, tmp_path, "m.onnx", "--freeze", "mask")
+    got, _ = train(ddpc, tmp_path, "m.onnx")
+    np.testing.assert_array_equal(got["W"], want["W"])
+    np.testing.assert_array_equal(got["mask"], inits["mask"])
