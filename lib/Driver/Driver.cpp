@@ -184,7 +184,7 @@ std::string cString(StringRef s) {
     if (c == '"' || c == '\\')
       out += '\\', out += c;
     else if (c < 32 || c >= 127)
-      out += llvm::formatv("\\{0:o3}", (unsigned)c).str();
+      out += llvm::formatv("\\{0}{1}{2}", c >> 6, (c >> 3) & 7, c & 7).str();
     else
       out += c;
   }
@@ -844,7 +844,8 @@ int compile(const CompileOptions &options, std::string &error,
     // scale merged with a running variance): one copy per role, in the
     // model that is imported and in the one --save writes.
     std::vector<std::string> retied;
-    std::vector<std::string> copies = separateInitializerRoles(bytes, &retied);
+    std::vector<std::string> copies =
+        separateInitializerRoles(bytes, options.train.freeze, &retied);
     for (const std::string &r : retied)
       llvm::errs() << "ddpc: note: " << r
                    << " is an exporter-folded transpose of a weight also used "
@@ -857,7 +858,7 @@ int compile(const CompileOptions &options, std::string &error,
       llvm::errs() << "ddpc: note: " << copies.size()
                    << " initializer(s) written as Identity copies of another "
                       "(torch.onnx.export merges equal-valued parameters in "
-                      "eval mode) train as parameters of their own: "
+                      "eval mode) become initializers of their own: "
                    << names << (copies.size() > 4 ? ", ..." : "") << "\n";
     }
     importOptions.parameterize = true;

@@ -510,20 +510,34 @@ std::vector<std::string> dataFiles(const std::vector<std::string> &args,
   std::vector<std::string> files(D);
   std::vector<std::string> positional;
   for (const std::string &a : args) {
-    size_t eq = a.find('=');
+    // NAME=FILE: the longest input name followed by '=' (a name may hold
+    // '=' itself).
     int32_t named = -1;
-    for (int32_t i = 0; eq != std::string::npos && i < D; ++i)
-      if (a.compare(0, eq, ddpc_data_names[i]) == 0 &&
-          std::strlen(ddpc_data_names[i]) == eq)
-        named = i;
+    size_t nameLen = 0;
+    for (int32_t i = 0; i < D; ++i) {
+      size_t len = std::strlen(ddpc_data_names[i]);
+      if (len >= nameLen && a.size() > len && a[len] == '=' &&
+          a.compare(0, len, ddpc_data_names[i]) == 0)
+        named = i, nameLen = len;
+    }
     if (named < 0) {
+      // NAME=FILE with a name the model lacks, unless it is a file.
+      size_t eq = a.find('=');
+      struct stat st;
+      if (eq != std::string::npos && eq > 0 && a.find('/') > eq &&
+          ::stat(a.c_str(), &st) != 0)
+        fatalError(std::string(flag) + " " + a +
+                   ": the model has no data input '" + a.substr(0, eq) +
+                   "' (its data inputs: " + dataInputList() + ")");
       positional.push_back(a);
       continue;
     }
     if (!files[named].empty())
       fatalError(std::string(flag) + " names the data input '" +
                  ddpc_data_names[named] + "' twice");
-    files[named] = a.substr(eq + 1);
+    files[named] = a.substr(nameLen + 1);
+    if (files[named].empty())
+      fatalError(std::string(flag) + " " + a + ": no file name after '='");
   }
   size_t next = 0;
   for (int32_t i = 0; i < D; ++i)
@@ -545,6 +559,14 @@ std::vector<std::string> dataFiles(const std::vector<std::string> &args,
                  " is a folder; give a file name");
   }
   return files;
+}
+
+/// The files of `files`, comma-separated.
+std::string fileList(const std::vector<std::string> &files) {
+  std::string s;
+  for (const std::string &f : files)
+    s += (s.empty() ? "" : ", ") + f;
+  return s;
 }
 
 /// Reads and checks the data files (one per data input) and the labels;
@@ -819,6 +841,12 @@ std::string showPolicy(double v) {
 std::string showSeed(double v) {
   return v < 0 ? "none (--no-shuffle)" : showNumber(v);
 }
+std::string showAssignment(double v) {
+  return v < 0 ? "not given" : v > 0 ? "strided" : "contiguous";
+}
+std::string showBufferSync(double v) {
+  return v < 0 ? "not given" : v > 0 ? "broadcast" : "average";
+}
 std::string showSteps(double v) {
   return v < 0 ? "unlimited" : std::to_string(int64_t(v));
 }
@@ -966,7 +994,12 @@ int run(int argc, char **argv) {
        {"--lr", opt.lrGiven ? double(opt.lr) : double(ddpc_default_lr),
         showNumber},
        {"--shuffle-seed",
-        opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0, showSeed}});
+        opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0, showSeed},
+       {"--sample-assignment", opt.stridedGiven ? double(opt.strided) : -1.0,
+        showAssignment},
+       {"--buffer-sync",
+        opt.bufferSyncGiven ? double(opt.broadcastBuffers) : -1.0,
+        showBufferSync}});
 
   const int64_t globalBatch = B * world;
   const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);
@@ -1075,7 +1108,7 @@ int run(int argc, char **argv) {
     checkSection("parameters", c.params, params, paramSets[0]);
     checkSection("buffers", c.buffers, buffers, bufferSets[0]);
     checkSection("optimizer state tensors", c.optState, slots, optSets[0]);
-    if (c.stepInEpoch < 0 || c.stepInEpoch > stepsPerEp || c.epoch < 0)
+    if (c.stepInEpoch < 0 || c.stepInEpoch >= stepsPerEp || c.epoch < 0)
       mismatch("position epoch " + std::to_string(c.epoch) + " step " +
                std::to_string(c.stepInEpoch) + " is outside this data set (" +
                std::to_string(stepsPerEp) + " steps per epoch)");
@@ -1332,7 +1365,7 @@ int run(int argc, char **argv) {
                   pos.stepInEpoch, k, rank, j, B, world, K, pos.strided != 0)]);
         fatalError("step " + std::to_string(pos.globalStep + 1) + ": " + msg +
                    "; the micro-batch holds samples " + rows +
-                   (B > 16 ? ", ..." : "") + " of " + trainFiles[0]);
+                   (B > 16 ? ", ..." : "") + " of " + fileList(trainFiles));
       }
       cb = 1 - cb;
       cg = 1 - cg;

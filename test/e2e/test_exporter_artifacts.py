@@ -163,3 +163,109 @@ def test_non_finite_initializer_is_a_constant(ddpc, tmp_path):
     got, _ = train(ddpc, tmp_path, "m.onnx")
     np.testing.assert_array_equal(got["W"], want["W"])
     np.testing.assert_array_equal(got["mask"], inits["mask"])
+
+
+def compile_only(ddpc, tmp, model, *flags):
+    return subprocess.run(
+        [ddpc, "compile", str(tmp / model), "--train", "--batch-size", str(B)]
+        + ["-o", str(tmp / "p"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def two_matrices(path, first, second, names=("W", "onnx::MatMul_5")):
+    """x [N, F] -> x @ first + x @ second -> logits [N, F]."""
+    nodes = [
+        helper.make_node("MatMul", ["x", names[0]], ["a"]),
+        helper.make_node("MatMul", ["x", names[1]], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["logits"]),
+    ]
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])]
+    save(path, nodes, x, dict(zip(names, (first, second))), F)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["zeros", "identity", "both-folded"],
+)
+def test_only_folded_transposes_of_module_weights_are_retied(ddpc, tmp_path, case):
+    """Matrices equal to a transpose by construction (zeros, an identity)
+    are independent weights, and two folded tensors are not each other's
+    source (they re-tied both ways into a cycle that was then reported as
+    an invalid model)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((F, F)).astype(np.float32)
+    first, second, names = {
+        "zeros": (np.zeros((F, F)), np.zeros((F, F)), ("W", "onnx::MatMul_5")),
+        "identity": (np.eye(F), np.eye(F), ("W", "onnx::MatMul_5")),
+        "both-folded": (w, w.T, ("onnx::MatMul_1", "onnx::MatMul_2")),
+    }[case]
+    two_matrices(
+        tmp_path / "m.onnx",
+        np.float32(first),
+        np.ascontiguousarray(np.float32(second)),
+        names,
+    )
+    proc = compile_only(ddpc, tmp_path, "m.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert "exporter-folded transpose" not in proc.stderr
+
+
+def test_frozen_weights_are_not_retied(ddpc, tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((F, F)).astype(np.float32)
+    two_matrices(tmp_path / "m.onnx", w, np.ascontiguousarray(w.T))
+    for frozen in ("W", "onnx::MatMul_5"):
+        proc = compile_only(ddpc, tmp_path, "m.onnx", "--freeze", frozen)
+        assert proc.returncode == 0, proc.stderr
+        assert "exporter-folded transpose" not in proc.stderr
+    proc = compile_only(ddpc, tmp_path, "m.onnx")
+    assert "onnx::MatMul_5 = W^T is an exporter-folded transpose" in proc.stderr
+
+
+def test_source_only_its_copies_read_leaves_the_saved_model(ddpc, tmp_path):
+    """An initializer read only through Identity copies is read by nothing
+    once they are initializers: the saved model does not keep it."""
+    rng = np.random.default_rng(0)
+    inits = {
+        "ones": np.ones(F, np.float32),
+        "W": rng.standard_normal((F, 3)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Identity", ["ones"], ["s1"]),
+        helper.make_node("Identity", ["ones"], ["s2"]),
+        helper.make_node("Mul", ["x", "s1"], ["a"]),
+        helper.make_node("Mul", ["a", "s2"], ["b"]),
+        helper.make_node("MatMul", ["b", "W"], ["logits"]),
+    ]
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])]
+    save(tmp_path / "m.onnx", nodes, x, inits, 3)
+    float_data(tmp_path, 3)
+    got, notes = train(ddpc, tmp_path, "m.onnx")
+    assert "2 initializer(s) written as Identity copies" in notes
+    assert set(got) == {"s1", "s2", "W"}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_running_statistic_is_refused_at_compile_time(ddpc, tmp_path, bad):
+    """It used to train every epoch and then refuse to save, blaming an
+    overflow."""
+    c = F
+    inits = {
+        "s": np.ones(c, np.float32),
+        "b": np.zeros(c, np.float32),
+        "mean": np.zeros(c, np.float32),
+        "var": np.array([1, bad, 1, 1], np.float32),
+        "W": np.ones((c, 3), np.float32),
+    }
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"], ["h"]),
+        helper.make_node("MatMul", ["h", "W"], ["logits"]),
+    ]
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", c])]
+    save(tmp_path / "m.onnx", nodes, x, inits, 3)
+    proc = compile_only(ddpc, tmp_path, "m.onnx")
+    assert proc.returncode == 1
+    assert "initializer 'var' (a BatchNormalization running statistic)" in proc.stderr

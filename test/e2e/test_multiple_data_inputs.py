@@ -200,3 +200,81 @@ def test_data_inputs_with_other_batch_sizes_are_refused(ddpc, tmp_path):
     )
     assert proc.returncode == 1
     assert "data inputs 'ids' and 'mask' have leading dimensions" in proc.stderr
+
+
+def rename_inputs(m, names):
+    """`m` with its graph inputs (and their readers) renamed by `names`."""
+    for vi in m.graph.input:
+        vi.name = names.get(vi.name, vi.name)
+    for n in m.graph.node:
+        for i, x in enumerate(n.input):
+            n.input[i] = names.get(x, x)
+    return m
+
+
+@pytest.mark.parametrize(
+    "names",
+    [{"ids": "ïds", "mask": "маска"}, {"mask": "m=ask"}],
+    ids=["unicode", "equals-sign"],
+)
+def test_input_names_with_any_characters_are_given_by_name(ddpc, tmp_path, names):
+    """Non-ASCII names were garbled in the generated tables (a C octal
+    escape written in decimal), and a name holding '=' could not be given
+    as NAME=FILE (the first '=' split it)."""
+    m, init = masked_model(tmp_path / "m.onnx")
+    onnx.save(rename_inputs(m, names), tmp_path / "m.onnx")
+    ids, mask, y = make_data(tmp_path)
+    prog = compile_train(ddpc, tmp_path)
+    mask_name = names.get("mask", "mask")
+    ids_name = names.get("ids", "ids")
+    assert (
+        f"{ids_name}, {mask_name}"
+        in subprocess.run([str(prog), "--help"], capture_output=True, text=True).stdout
+    )
+    args = ["--data", f"{mask_name}=mask.npy", "--data", f"{ids_name}=ids.npy"]
+    proc = run(prog, tmp_path, *args, "--no-shuffle", "--save", "out.onnx", ranks=1)
+    assert proc.returncode == 0, proc.stderr
+    got = weights(tmp_path / "out.onnx")
+    want = oracle(init, ids, mask, y, STEPS * RANKS, B)
+    np.testing.assert_allclose(got["E"], want["E"], rtol=0, atol=1e-5)
+
+
+def test_unicode_initializer_names_survive_save(ddpc, tmp_path):
+    """--save wrote a garbled name for a non-ASCII initializer, so the saved
+    model read an undefined tensor (exit 0)."""
+    m, _ = masked_model(tmp_path / "m.onnx")
+    for t in m.graph.initializer:
+        if t.name == "E":
+            t.name = "Éemb"
+    for n in m.graph.node:
+        n.input[:] = ["Éemb" if x == "E" else x for x in n.input]
+    onnx.save(m, tmp_path / "m.onnx")
+    make_data(tmp_path)
+    prog = compile_train(ddpc, tmp_path)
+    args = ["--data", "ids.npy", "--data", "mask.npy", "--save", "out.onnx"]
+    proc = run(prog, tmp_path, *args, ranks=1)
+    assert proc.returncode == 0, proc.stderr
+    saved = onnx.load(tmp_path / "out.onnx")
+    onnx.checker.check_model(saved, full_check=True)
+    assert "Éemb" in {t.name for t in saved.graph.initializer}
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--data", "ids=", "--data", "mask.npy"], "ids=: no file name after '='"),
+        (
+            ["--data", "idz=ids.npy", "--data", "mask.npy"],
+            "no data input 'idz' (its data inputs: ids, mask)",
+        ),
+    ],
+    ids=["empty-file", "unknown-name"],
+)
+def test_named_data_mistakes_are_named(ddpc, tmp_path, args, needle):
+    masked_model(tmp_path / "m.onnx")
+    make_data(tmp_path)
+    prog = compile_train(ddpc, tmp_path)
+    proc = run(prog, tmp_path, *args, ranks=1)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr

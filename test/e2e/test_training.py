@@ -440,7 +440,16 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 @pytest.mark.parametrize(
     "case",
-    ["data", "val-data", "batch", "optimizer", "epochs", "nan-policy", "shuffle"],
+    [
+        "data",
+        "val-data",
+        "batch",
+        "optimizer",
+        "epochs",
+        "nan-policy",
+        "shuffle",
+        "sample-assignment",
+    ],
 )
 def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
     """MPMD launches whose ranks read data of different sizes, run other
@@ -480,6 +489,9 @@ def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
     elif case == "nan-policy":  # ended in a final-barrier timeout
         b += ["--nan-policy", "skip"]
         want = "--nan-policy: stop on ranks 0, 1, skip on rank 2"
+    elif case == "sample-assignment":  # rank 2's option was dropped
+        b += ["--sample-assignment", "strided"]
+        want = "--sample-assignment: not given on ranks 0, 1, strided on rank 2"
     else:  # the ranks drew other samples: trained silently apart
         a += ["--shuffle-seed", "7"]
         b += ["--no-shuffle"]

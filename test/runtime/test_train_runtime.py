@@ -286,6 +286,24 @@ def test_resume_keeps_sample_assignment_and_buffer_sync(tmp_path):
         ), proc.stderr
 
 
+def test_resume_at_the_end_of_an_epoch_of_smaller_data_is_refused(tmp_path):
+    """A checkpoint 2 steps into an epoch of 16 samples, resumed on 8 (2
+    steps per epoch): the position is past the data. It crashed (it read
+    past the sample order)."""
+    _, _, xp, yp = make_dataset(tmp_path, n=64)
+    ckpt = tmp_path / "ckpt.bin"
+    first = ["--data", xp, "--labels", yp, "--epochs", 1, "--no-shuffle"]
+    assert_ok(
+        run_train(first + ["--stop-after-steps", 2, "--checkpoint", ckpt], plain=True)
+    )
+    _, _, sxp, syp = make_dataset(tmp_path, n=8, seed=1)
+    proc = run_train(
+        ["--data", sxp, "--labels", syp, "--epochs", 2, "--resume", ckpt], plain=True
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "is outside this data set (2 steps per epoch)" in proc.stderr, proc.stderr
+
+
 def test_saved_onnx_runs_in_onnxruntime(tmp_path):
     import onnx
     import onnxruntime as ort

@@ -1231,8 +1231,16 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
       // No parameter holds inf or nan: such an initializer is a constant
       // an exporter folded (torch.onnx.export's causal mask, -inf above
       // the diagonal).
-      if (!isBuffer && holdsNonFinite(gi.constants[t.name()].first))
-        continue;
+      if (holdsNonFinite(gi.constants[t.name()].first)) {
+        if (!isBuffer)
+          continue;
+        (void)gi.fail(ImportErrorKind::Invalid,
+                      "initializer '" + t.name() +
+                          "' (a BatchNormalization running statistic) "
+                          "holds inf or nan; training would carry it into "
+                          "every step: give it finite values");
+        return nullptr;
+      }
       stateArgs.push_back({t.name(), isBuffer ? "buffer" : "param"});
     }
     // Parameters first, then buffers.

@@ -144,7 +144,7 @@ static std::vector<std::string> splitIdentityCopies(onnx::ModelProto &model,
     graphOutputs.insert(o.name());
   for (const auto &i : graph->input())
     graphInputs.insert(i.name());
-  std::vector<std::string> copies;
+  std::vector<std::string> copies, sources;
   auto *nodes = graph->mutable_node();
   for (int n = nodes->size() - 1; n >= 0; --n) {
     const onnx::NodeProto &node = nodes->Get(n);
@@ -163,10 +163,27 @@ static std::vector<std::string> splitIdentityCopies(onnx::ModelProto &model,
     copy.set_name(out);
     *graph->add_initializer() = std::move(copy);
     copies.push_back(out);
+    sources.push_back(node.input(0));
     nodes->DeleteSubrange(n, 1);
     changed = true;
   }
   std::reverse(copies.begin(), copies.end());
+  // A source that only its copies read is read by nothing now.
+  if (!copies.empty()) {
+    llvm::StringSet<> read;
+    for (const auto &n : graph->node())
+      for (const auto &in : n.input())
+        read.insert(in);
+    for (const auto &o : graph->output())
+      read.insert(o.name());
+    auto *inits = graph->mutable_initializer();
+    for (int i = inits->size() - 1; i >= 0; --i) {
+      const std::string &name = inits->Get(i).name();
+      if (!read.contains(name) && !graphInputs.contains(name) &&
+          llvm::is_contained(sources, name))
+        inits->DeleteSubrange(i, 1);
+    }
+  }
   return copies;
 }
 
@@ -194,32 +211,57 @@ static std::vector<float> floatValues(const onnx::TensorProto &t) {
 /// transpose bit for bit becomes a Transpose node of it again, so both
 /// uses train one parameter as in the exported module. Returns the names
 /// of the re-tied initializers.
-static std::vector<std::string> retieFoldedTransposes(onnx::ModelProto &model,
-                                                      bool &changed) {
+static std::vector<std::string>
+retieFoldedTransposes(onnx::ModelProto &model,
+                      const std::vector<std::string> &frozen, bool &changed) {
   onnx::GraphProto *graph = model.mutable_graph();
   std::vector<std::string> retied;
   llvm::StringSet<> graphInputs;
   for (const auto &i : graph->input())
     graphInputs.insert(i.name());
+  llvm::StringSet<> frozenNames;
+  for (const auto &f : frozen)
+    frozenNames.insert(f);
   auto isMatrix = [&](const onnx::TensorProto &t) {
     return t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() == 2 &&
-           !graphInputs.contains(t.name());
+           !graphInputs.contains(t.name()) && !frozenNames.contains(t.name());
+  };
+  auto isFolded = [](const onnx::TensorProto &t) {
+    return llvm::StringRef(t.name()).starts_with("onnx::");
+  };
+  // Values that match their transpose by construction, not by folding:
+  // constant matrices (zeros, ones) and symmetric ones (an identity).
+  auto degenerate = [](const std::vector<float> &v, int64_t rows,
+                       int64_t cols) {
+    if (std::all_of(v.begin(), v.end(), [&](float x) {
+          return std::memcmp(&x, &v[0], sizeof(float)) == 0;
+        }))
+      return true;
+    if (rows != cols)
+      return false;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = r + 1; c < cols; ++c)
+        if (std::memcmp(&v[r * cols + c], &v[c * rows + r], sizeof(float)))
+          return false;
+    return true;
   };
   std::vector<std::pair<std::string, std::string>> pairs; // (folded, source)
   for (const auto &b : graph->initializer()) {
-    if (!isMatrix(b) || !llvm::StringRef(b.name()).starts_with("onnx::"))
+    if (!isMatrix(b) || !isFolded(b))
       continue;
     std::vector<float> bv;
     for (const auto &a : graph->initializer()) {
-      if (&a == &b || !isMatrix(a) || a.dims(0) != b.dims(1) ||
+      // The source is a weight the module names (never another folded
+      // tensor, which could pair both ways).
+      if (&a == &b || !isMatrix(a) || isFolded(a) || a.dims(0) != b.dims(1) ||
           a.dims(1) != b.dims(0))
         continue;
       if (bv.empty())
         bv = floatValues(b);
       std::vector<float> av = floatValues(a);
       int64_t rows = a.dims(0), cols = a.dims(1);
-      if (av.size() != static_cast<size_t>(rows * cols) ||
-          bv.size() != av.size())
+      if (av.empty() || av.size() != static_cast<size_t>(rows * cols) ||
+          bv.size() != av.size() || degenerate(av, rows, cols))
         continue;
       bool transposed = true;
       for (int64_t r = 0; transposed && r < rows; ++r)
@@ -265,13 +307,14 @@ static std::vector<std::string> retieFoldedTransposes(onnx::ModelProto &model,
 
 std::vector<std::string>
 separateInitializerRoles(std::string &modelBytes,
+                         const std::vector<std::string> &frozen,
                          std::vector<std::string> *retied) {
   onnx::ModelProto model;
   if (!model.ParseFromString(modelBytes))
     return {}; // The importer reports it.
   bool changed = false;
   std::vector<std::string> copies = splitIdentityCopies(model, changed);
-  std::vector<std::string> ties = retieFoldedTransposes(model, changed);
+  std::vector<std::string> ties = retieFoldedTransposes(model, frozen, changed);
   if (retied)
     *retied = ties;
   separateRoles(model, changed);

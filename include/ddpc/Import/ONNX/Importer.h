@@ -108,12 +108,14 @@ void registerImportDialects(mlir::DialectRegistry &registry);
 /// equal-valued parameters) becomes an initializer of its own, named by
 /// the Identity's output; and an `onnx::`-named float matrix equal to
 /// another initializer's transpose (the exporter's folded `W.t()` of a tied
-/// weight) becomes a Transpose node of it, `retied` receiving one
+/// weight; neither `frozen`, the source not `onnx::`-named, not constant or
+/// symmetric) becomes a Transpose node of it, `retied` receiving one
 /// "folded = source^T" per such tensor. Rewrites `modelBytes` (a serialized
 /// ModelProto) only when something changed; returns the names of the
 /// Identity copies.
 std::vector<std::string>
 separateInitializerRoles(std::string &modelBytes,
+                         const std::vector<std::string> &frozen = {},
                          std::vector<std::string> *retied = nullptr);
 
 /// Rewrites a training-mode export (`modelBytes`, a serialized ModelProto)
