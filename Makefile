@@ -5,7 +5,7 @@ JOBS ?= 2
 PYTHON ?= python3
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-format test-lit test-unit test-backend \
+.PHONY: all setup configure build test test-format test-lit test-unit test-backend test-backend-other \
         test-light test-cuda-emulate test-python test-fuzz fuzz demo \
         demo-inference bench clean format
 
@@ -34,6 +34,11 @@ test-backend: build
 	$(PYTHON) test/backend/run_backend_tests.py --suite node --jobs $(JOBS) \
 	  --report $(BUILD)/backend-node-report.md --json $(BUILD)/backend-node.json
 
+# The simple, pytorch-converted and pytorch-operator suites (140 models).
+test-backend-other: build
+	$(PYTHON) test/backend/run_backend_tests.py --suite simple --suite pytorch-converted \
+	  --suite pytorch-operator --jobs $(JOBS) --report $(BUILD)/backend-other-report.md
+
 # The light/ real-model architectures (AlexNet, ResNet-50, ...).
 test-light: build
 	$(PYTHON) test/backend/run_backend_tests.py --suite light --jobs $(JOBS) \
@@ -60,7 +65,7 @@ test-fuzz: setup
 fuzz: setup
 	JOBS=$(JOBS) bash scripts/fuzz $(FUZZ_SECONDS)
 
-test: test-format test-lit test-unit test-backend test-light test-cuda-emulate test-python test-fuzz
+test: test-format test-lit test-unit test-backend test-backend-other test-light test-cuda-emulate test-python test-fuzz
 
 # The main job: data-parallel training of a CNN on Fashion-MNIST (2 ranks),
 # then the digits MLP. Each checks test accuracy with onnxruntime.

@@ -144,8 +144,8 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     dims_out: dict[str, int] = {}
     for name, value in (dims or {}).items():
-        if int(value) <= 0:
-            raise ValueError(f"dims['{name}'] must be positive, got {value}")
+        if int(value) < 0:  # 0: a zero-size (empty) tensor
+            raise ValueError(f"dims['{name}'] must be >= 0, got {value}")
         dims_out[str(name)] = int(value)
 
     data, path, folder = _model_bytes(model)

@@ -445,8 +445,16 @@ def _check_and_run(
     prog = work / "prog"
     bound: dict[str, Path] = {}
     by_name = dict(input_files)
+    # Symbolic dims take the test data's sizes (ddpc has static shapes).
+    dims: dict[str, int] = {}
+    for vi, array in zip(inputs, feeds):
+        for d, size in zip(vi.type.tensor_type.shape.dim, np.shape(array)):
+            if d.HasField("dim_param") and d.dim_param:
+                dims.setdefault(d.dim_param, int(size))
     while True:
         cmd = [ddpc, "compile", case.model, "--target", target, "-o", str(prog)]
+        for name, size in dims.items():
+            cmd += ["--dim", f"{name}={size}"]
         for name, path in bound.items():
             cmd += ["--bind-input", f"{name}={path}"]
         rc, err = _run_process(cmd, deadline, str(work))

@@ -402,8 +402,9 @@ int main(int argc, char **argv) {
   for (const std::string &d : dims) {
     auto [name, value] = StringRef(d).split('=');
     int64_t v;
-    if (name.empty() || value.getAsInteger(10, v) || v <= 0) {
-      errs() << "error: --dim expects NAME=VALUE with VALUE > 0, got '" << d
+    // 0 is allowed: zero-size tensors are (ONNX's empty tensors).
+    if (name.empty() || value.getAsInteger(10, v) || v < 0) {
+      errs() << "error: --dim expects NAME=VALUE with VALUE >= 0, got '" << d
              << "'\n";
       return 1;
     }

@@ -638,11 +638,20 @@ template <typename MathOp> Value mathOf(OpBuilder &b, Location l, Value x) {
   return arith::TruncFOp::create(b, l, t, MathOp::create(b, l, w));
 }
 
-/// PRelu: x < 0 ? slope x : x, the slope broadcast to X (unidirectional).
+/// PRelu: x < 0 ? slope x : x, the slope broadcast to X (unidirectional;
+/// before opset 7, a 1-D slope of X's channel count applies per channel,
+/// axis 1, as Caffe's PReLU).
 LogicalResult importPRelu(NodeContext &ctx) {
   TValue x = ctx.input(0), slope = ctx.input(1);
   if (x.dtype != slope.dtype)
     return ctx.invalid("X and slope have different dtypes");
+  if (ctx.opset < 7 && slope.rank() == 1 && x.rank() >= 2 &&
+      slope.shape()[0] == x.shape()[1] && slope.shape()[0] != 1) {
+    SmallVector<int64_t> perChannel(x.rank() - 1, 1);
+    perChannel[0] = slope.shape()[0];
+    slope.value =
+        buildReshape(ctx.builder(), ctx.loc(), slope.value, perChannel);
+  }
   if (!broadcastsTo(slope.shape(), x.shape()))
     return ctx.invalid("slope does not broadcast to X");
   ScalarFn fn = [](OpBuilder &b, Location l, ValueRange a, int32_t d,
