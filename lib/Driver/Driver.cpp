@@ -998,6 +998,8 @@ int compile(const CompileOptions &options, std::string &error,
                                       trainInfo, error)))
       return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
                                                          : kCompileError;
+    for (const std::string &note : trainInfo.notes)
+      llvm::errs() << "ddpc: note: " << note << "\n";
     // The plan's inputs: what one rank reads per micro-batch from --data
     // (float32 or integer token ids, one file per data input) and --labels.
     ins.clear();

@@ -420,6 +420,8 @@ int64_t integerAt(const uint8_t *src, int32_t dtype, int64_t i, bool &ok) {
   switch (dtype) {
   case 2:
     return loadAs<uint8_t>(src + i);
+  case 9: // bool: 0 or 1 (an attention mask)
+    return loadAs<uint8_t>(src + i) != 0;
   case 3:
     return loadAs<int8_t>(src + i);
   case 4:
@@ -442,15 +444,16 @@ int64_t integerAt(const uint8_t *src, int32_t dtype, int64_t i, bool &ok) {
 
 bool isIntegerNpy(int32_t dtype) {
   return dtype == 2 || dtype == 3 || dtype == 4 || dtype == 5 || dtype == 6 ||
-         dtype == 7 || dtype == 12 || dtype == 13;
+         dtype == 7 || dtype == 9 || dtype == 12 || dtype == 13;
 }
 
 /// What a file may hold for a tensor of ONNX dtype `want`.
 const char *acceptedDTypes(int32_t want) {
-  return want == kOnnxFloat ? "float32 (or float64)"
+  return want == kOnnxFloat ? "float32 (or float64, an integer dtype or bool)"
          : want == kOnnxInt32
-             ? "int32 (or another integer dtype, values in int32's range)"
-             : "int64 (or int32/int16/int8/uint8/uint16/uint32/uint64)";
+             ? "int32 (or another integer dtype or bool, values in int32's "
+               "range)"
+             : "int64 (or int32/int16/int8/uint8/uint16/uint32/uint64/bool)";
 }
 
 /// Converts `a` (count elements) to the step's dtype `want` (float32: from
@@ -462,6 +465,23 @@ bool convertElements(const NpyArray &a, int64_t count, int32_t want,
                      const std::function<bool(int64_t, int64_t)> &check = {}) {
   const uint8_t *src = a.data.data();
   if (want == kOnnxFloat) {
+    if (isIntegerNpy(a.dtype)) {
+      // A mask (bool, int64) for a float input; refused past 2^24, where
+      // float32 would round it.
+      out.resize(static_cast<size_t>(count) * 4);
+      for (int64_t i = 0; i < count; ++i) {
+        bool ok;
+        int64_t v = integerAt(src, a.dtype, i, ok);
+        if (!ok || v > (1 << 24) || v < -(1 << 24)) {
+          why = "element " + std::to_string(i) +
+                " is not exact in float32 (|value| > 2^24)";
+          return false;
+        }
+        float f = static_cast<float>(v);
+        std::memcpy(out.data() + 4 * i, &f, 4);
+      }
+      return true;
+    }
     if (a.dtype != kOnnxFloat && a.dtype != 11)
       return false;
     out.resize(static_cast<size_t>(count) * 4);

@@ -330,9 +330,28 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
             "none reaches the first output)";
     return failure();
   }
+  // --loss output without --label-input: a graph input named "labels"
+  // (the Hugging Face convention, forward(input_ids, labels)) holds them;
+  // without one the program reads a --labels file it does not use.
+  std::string labelInput = opts.labelInput;
+  if (labelInput.empty() && opts.loss == "output") {
+    if (llvm::any_of(inputIdx, [&](unsigned i) {
+          return argName(fwdTrain, i) == "labels";
+        })) {
+      labelInput = "labels";
+      info.notes.push_back("--loss output: the graph input 'labels' holds "
+                           "the labels (--labels FILE); pass --label-input "
+                           "NAME for another");
+    } else {
+      info.notes.push_back(
+          "--loss output without --label-input: the model's loss reads no "
+          "labels, so the program takes a --labels file of [N] int64 that it "
+          "does not use; pass --label-input NAME if a graph input holds them");
+    }
+  }
   // --label-input: checked before the inputs are classified, whose errors
   // would otherwise hide a misspelled name or the wrong loss.
-  if (!opts.labelInput.empty()) {
+  if (!labelInput.empty()) {
     if (opts.loss != "output") {
       error = "--label-input with --loss " + opts.loss +
               " is not supported (labels are a separate input; --label-input "
@@ -340,10 +359,9 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       return failure();
     }
     if (llvm::none_of(inputIdx, [&](unsigned i) {
-          return argName(fwdTrain, i) == opts.labelInput;
+          return argName(fwdTrain, i) == labelInput;
         })) {
-      error =
-          "--label-input " + opts.labelInput + ": no graph input of that name";
+      error = "--label-input " + labelInput + ": no graph input of that name";
       return failure();
     }
   }
@@ -354,7 +372,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   SmallVector<unsigned> dataArgs;
   int labelArg = -1;
   for (unsigned i : inputIdx) {
-    if (!opts.labelInput.empty() && argName(fwdTrain, i) == opts.labelInput)
+    if (!labelInput.empty() && argName(fwdTrain, i) == labelInput)
       labelArg = i;
     else
       dataArgs.push_back(i);
@@ -479,8 +497,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       std::string got;
       llvm::raw_string_ostream os(got);
       os << e;
-      error = "--label-input '" + opts.labelInput + "' has element type " +
-              got + "; training programs read labels as int64 or float32";
+      error = "--label-input '" + labelInput + "' has element type " + got +
+              "; training programs read labels as int64 or float32";
       return failure();
     }
   }

@@ -136,6 +136,23 @@ def test_ids_and_mask_train_at_two_ranks_like_numpy(ddpc, tmp_path, data_args):
     assert np.abs(unmasked["E"] - want["E"]).max() > 1e-3
 
 
+def test_bool_and_int64_masks_are_read_as_the_float_input(ddpc, tmp_path):
+    """An attention mask saved as bool (torch's masks) or int64 (a
+    tokenizer's) is converted to the input's float32, as integer ids are
+    to int64; bool was refused."""
+    _, init = masked_model(tmp_path / "m.onnx")
+    ids, mask, y = make_data(tmp_path)
+    prog = compile_train(ddpc, tmp_path)
+    want = oracle(init, ids, mask, y, STEPS * RANKS, B)
+    for dtype in (bool, np.int64):
+        np.save(tmp_path / "m2.npy", mask.astype(dtype))
+        args = ["--data", "ids.npy", "--data", "m2.npy", "--no-shuffle"]
+        proc = run(prog, tmp_path, *args, "--save", "out.onnx", ranks=1)
+        assert proc.returncode == 0, proc.stderr
+        got = weights(tmp_path / "out.onnx")
+        np.testing.assert_allclose(got["E"], want["E"], rtol=0, atol=1e-5)
+
+
 def test_python_train_takes_a_dict_or_a_list(tmp_path):
     """Python's train(): a dict by input name or a list in input order, at
     1 rank (global batch B), with validation data in the same form."""

@@ -1,5 +1,6 @@
-"""Language models exported by PyTorch (torch.onnx.export, TorchScript
-exporter, opset 17), eval and training mode, trained from int64 token files.
+"""Transformers exported by PyTorch (torch.onnx.export, TorchScript
+exporter, opset 17), eval and training mode, trained from int64 token
+files (and images).
 
 - `bert`: token and position embeddings, an int64 attention_mask input
   (padding), post-LayerNorm attention layers with GELU MLPs, a classifier
@@ -8,8 +9,10 @@ exporter, opset 17), eval and training mode, trained from int64 token files.
   pre-LayerNorm layers, the head tied to the token embedding, and the
   next-token cross-entropy computed by the model (its first output), the
   labels an input: --loss output --label-input labels.
+- `vit`: a vision transformer (strided-Conv patches, a class token and
+  position embeddings as parameters, pre-LN layers) on float images.
 
-Both have two data inputs. The programs are compiled with -O 0: LLVM's
+`bert` and `gpt` have two data inputs. The programs are compiled with -O 0: LLVM's
 optimizations take most of the compile time of these small models and
 change no loss beyond the tolerance. The exports and PyTorch's losses on them come
 from test/torch_exports/make_exports.py (this test does not need torch).
@@ -29,7 +32,7 @@ import pytest
 from ddpc_testing import ENV, MPIRUN, ROOT
 
 EXPORTS = ROOT / "test" / "torch_exports"
-MODELS = ["bert", "gpt"]
+MODELS = ["bert", "gpt", "vit"]
 
 
 def reference(name):
@@ -42,7 +45,9 @@ def arrays(name, prefix):
     return {k: data[f"{prefix}_{k}"] for k in reference(name)["inputs"]}
 
 
-def train_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1):
+def train_losses(
+    ddpc, tmp_path, name, form, opt, *run_args, ranks=1, label_flag=True, notes=None
+):
     """Trains the export with ddpc at the reference's global batch over
     `ranks` ranks from int64 token files (one --data NAME=FILE per data
     input); returns (ddpc's losses, the reference). The trained model is
@@ -51,7 +56,9 @@ def train_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1):
     inputs = arrays(name, "in")
     flags = ["--batch-size", str(ref["batch"] // ranks)]
     if ref["label_input"]:
-        flags += ["--loss", "output", "--label-input", ref["label_input"]]
+        flags += ["--loss", "output"]
+        if label_flag:
+            flags += ["--label-input", ref["label_input"]]
         labels = inputs.pop(ref["label_input"])
     else:
         labels = np.load(EXPORTS / f"{name}.npz")["y"]
@@ -73,9 +80,11 @@ def train_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
+    if notes is not None:
+        notes.append(proc.stderr)
     data_args = []
     for k, v in inputs.items():
-        assert v.dtype == np.int64
+        assert v.dtype in (np.int64, np.float32)
         np.save(tmp_path / f"{k}.npy", v)
         data_args += ["--data", f"{k}={k}.npy"]
     np.save(tmp_path / "labels.npy", labels)
@@ -110,6 +119,18 @@ def test_trains_like_pytorch(ddpc, tmp_path, name, form, opt):
         got = sess.run(["logits"], arrays(name, "eval"))[0]
         want = np.array(ref["eval_y"], np.float32)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
+def test_graph_input_named_labels_is_the_default_label_input(ddpc, tmp_path):
+    """--loss output without --label-input: the graph input 'labels' (the
+    Hugging Face convention) holds the labels. It used to be taken for a
+    data input while the program read a --labels file it did not use."""
+    notes = []
+    ours, ref = train_losses(
+        ddpc, tmp_path, "gpt", "eval", "sgd", label_flag=False, notes=notes
+    )
+    assert "the graph input 'labels' holds the labels" in notes[0]
+    np.testing.assert_allclose(ours, ref["losses"]["sgd"], rtol=1e-4)
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="needs mpirun")

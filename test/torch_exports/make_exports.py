@@ -59,7 +59,7 @@ MODELS = {
     "convbn": (ConvBN, (3, 8, 8), 5),
 }
 
-# Language models: vocabulary, sequence length, width, heads, layers, classes.
+# Transformers: vocabulary, sequence length, width, heads, layers, classes.
 V, T, D, HEADS, LAYERS, CLASSES = 50, 8, 16, 2, 2, 3
 
 
@@ -149,6 +149,35 @@ class GptStyle(nn.Module):
         return loss, logits
 
 
+class VitStyle(nn.Module):
+    """A vision transformer: 4x4 patches of a 3x16x16 image embedded by a
+    strided Conv, a class token and learned position embeddings
+    (parameters), pre-LN layers, a classifier on the class token."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, D, 4, stride=4)
+        self.cls_token = nn.Parameter(0.02 * torch.randn(1, 1, D))
+        self.pos = nn.Parameter(0.02 * torch.randn(1, 17, D))
+        self.blocks = nn.ModuleList(Block(True) for _ in range(LAYERS))
+        self.ln = nn.LayerNorm(D)
+        self.head = nn.Linear(D, CLASSES)
+
+    def forward(self, x):
+        h = self.patch(x).flatten(2).transpose(1, 2)  # [N, 16, D]
+        h = torch.cat([self.cls_token.expand(h.shape[0], -1, -1), h], dim=1)
+        h = h + self.pos
+        bias = torch.zeros(1)
+        for blk in self.blocks:
+            h = blk(h, bias)
+        return self.head(self.ln(h)[:, 0])
+
+
+def vit_data(rng, n):
+    x = rng.standard_normal((n, 3, 16, 16)).astype(np.float32)
+    return {"x": x}, rng.integers(0, CLASSES, n)
+
+
 def bert_data(rng, n):
     ids = rng.integers(1, V, (n, T))
     lengths = rng.integers(T // 2, T + 1, n)
@@ -168,6 +197,7 @@ def gpt_data(rng, n):
 LANGUAGE_MODELS = {
     "bert": (BertStyle, bert_data, ["logits"]),
     "gpt": (GptStyle, gpt_data, ["loss", "logits"]),
+    "vit": (VitStyle, vit_data, ["logits"]),
 }
 
 

@@ -60,6 +60,8 @@ struct TrainingProgramInfo {
   bool classification = true;
   /// Classes of a cross-entropy loss (logits' last dim); 0 otherwise.
   int64_t numClasses = 0;
+  /// One line each for the user about choices made (printed as notes).
+  std::vector<std::string> notes;
 };
 
 /// Builds the TrainABI functions @train_micro, @apply and @eval in `module`
