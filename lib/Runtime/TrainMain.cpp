@@ -1094,21 +1094,17 @@ int run(int argc, char **argv) {
       mismatch("it was written by a shuffled run, this run has --no-shuffle");
     // A resumed run keeps the checkpoint's sampler and buffer semantics;
     // naming others would silently change the run.
-    auto name = [](bool b, const char *yes, const char *no) {
-      return std::string(b ? yes : no);
+    auto keep = [&](const char *flag, bool given, bool saved, bool now,
+                    std::string (*show)(double)) {
+      if (given && saved != now)
+        mismatch(std::string("it was written with ") + flag + " " +
+                 show(saved) + ", this run has " + flag + " " + show(now) +
+                 " (leave the option out to keep the checkpoint's)");
     };
-    if (opt.stridedGiven && c.strided != opt.strided)
-      mismatch("it was written with --sample-assignment " +
-               name(c.strided, "strided", "contiguous") +
-               ", this run has --sample-assignment " +
-               name(opt.strided, "strided", "contiguous") +
-               " (leave the option out to keep the checkpoint's)");
-    if (opt.bufferSyncGiven && c.broadcastBuffers != opt.broadcastBuffers)
-      mismatch("it was written with --buffer-sync " +
-               name(c.broadcastBuffers, "broadcast", "average") +
-               ", this run has --buffer-sync " +
-               name(opt.broadcastBuffers, "broadcast", "average") +
-               " (leave the option out to keep the checkpoint's)");
+    keep("--sample-assignment", opt.stridedGiven, c.strided, opt.strided,
+         showAssignment);
+    keep("--buffer-sync", opt.bufferSyncGiven, c.broadcastBuffers,
+         opt.broadcastBuffers, showBufferSync);
     auto checkSection =
         [&](const char *kind, const std::vector<CheckpointTensor> &got,
             const std::vector<TensorInfo> &want, TensorSet &dst) {

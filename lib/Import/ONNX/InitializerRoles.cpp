@@ -187,20 +187,18 @@ static std::vector<std::string> splitIdentityCopies(onnx::ModelProto &model,
   return copies;
 }
 
-/// The float32 values of an initializer (raw_data or float_data); empty
-/// for another dtype or external data.
-static std::vector<float> floatValues(const onnx::TensorProto &t) {
-  std::vector<float> v;
-  if (t.data_type() != onnx::TensorProto::FLOAT ||
-      t.data_location() == onnx::TensorProto::EXTERNAL)
-    return v;
-  if (t.has_raw_data()) {
-    v.resize(t.raw_data().size() / sizeof(float));
-    std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
-  } else {
-    v.assign(t.float_data().begin(), t.float_data().end());
-  }
-  return v;
+/// The bytes of a float32 initializer's `count` values (raw_data or
+/// float_data), or null for external data or a size that does not match.
+static const char *floatBytes(const onnx::TensorProto &t, int64_t count) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    return nullptr;
+  if (t.has_raw_data())
+    return t.raw_data().size() == static_cast<size_t>(count) * sizeof(float)
+               ? t.raw_data().data()
+               : nullptr;
+  return t.float_data_size() == count
+             ? reinterpret_cast<const char *>(t.float_data().data())
+             : nullptr;
 }
 
 /// torch.onnx.export's constant folding turns `x @ W.t()` into a MatMul
@@ -229,19 +227,26 @@ retieFoldedTransposes(onnx::ModelProto &model,
   auto isFolded = [](const onnx::TensorProto &t) {
     return llvm::StringRef(t.name()).starts_with("onnx::");
   };
+  // Element (r, c) of a row-major float32 matrix with `cols` columns.
+  auto at = [](const char *m, int64_t cols, int64_t r, int64_t c) {
+    return m + (r * cols + c) * sizeof(float);
+  };
+  auto same = [](const char *x, const char *y) {
+    return std::memcmp(x, y, sizeof(float)) == 0;
+  };
   // Values that match their transpose by construction, not by folding:
   // constant matrices (zeros, ones) and symmetric ones (an identity).
-  auto degenerate = [](const std::vector<float> &v, int64_t rows,
-                       int64_t cols) {
-    if (std::all_of(v.begin(), v.end(), [&](float x) {
-          return std::memcmp(&x, &v[0], sizeof(float)) == 0;
-        }))
+  auto degenerate = [&](const char *m, int64_t rows, int64_t cols) {
+    bool constant = true;
+    for (int64_t i = 1; constant && i < rows * cols; ++i)
+      constant = same(m, m + i * sizeof(float));
+    if (constant)
       return true;
     if (rows != cols)
       return false;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = r + 1; c < cols; ++c)
-        if (std::memcmp(&v[r * cols + c], &v[c * rows + r], sizeof(float)))
+        if (!same(at(m, cols, r, c), at(m, cols, c, r)))
           return false;
     return true;
   };
@@ -249,26 +254,23 @@ retieFoldedTransposes(onnx::ModelProto &model,
   for (const auto &b : graph->initializer()) {
     if (!isMatrix(b) || !isFolded(b))
       continue;
-    std::vector<float> bv;
     for (const auto &a : graph->initializer()) {
       // The source is a weight the module names (never another folded
       // tensor, which could pair both ways).
       if (&a == &b || !isMatrix(a) || isFolded(a) || a.dims(0) != b.dims(1) ||
           a.dims(1) != b.dims(0))
         continue;
-      if (bv.empty())
-        bv = floatValues(b);
-      std::vector<float> av = floatValues(a);
       int64_t rows = a.dims(0), cols = a.dims(1);
-      if (av.empty() || av.size() != static_cast<size_t>(rows * cols) ||
-          bv.size() != av.size() || degenerate(av, rows, cols))
+      const char *av = floatBytes(a, rows * cols);
+      const char *bv = floatBytes(b, rows * cols);
+      if (!av || !bv || rows * cols == 0)
         continue;
+      // Compared in place, stopping at the first difference.
       bool transposed = true;
       for (int64_t r = 0; transposed && r < rows; ++r)
         for (int64_t c = 0; transposed && c < cols; ++c)
-          transposed = std::memcmp(&av[r * cols + c], &bv[c * rows + r],
-                                   sizeof(float)) == 0;
-      if (transposed) {
+          transposed = same(at(av, cols, r, c), at(bv, rows, c, r));
+      if (transposed && !degenerate(av, rows, cols)) {
         pairs.push_back({b.name(), a.name()});
         break;
       }
