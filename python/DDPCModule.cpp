@@ -149,7 +149,9 @@ NB_MODULE(_ddpc, m) {
       .def_rw("grad_accum_steps", &ddpc::TrainOptions::gradAccumSteps)
       .def_rw("freeze", &ddpc::TrainOptions::freeze)
       .def_rw("sync_batchnorm", &ddpc::TrainOptions::syncBatchNorm)
-      .def_rw("bucket_cap_mb", &ddpc::TrainOptions::bucketCapMB);
+      .def_rw("bucket_cap_mb", &ddpc::TrainOptions::bucketCapMB)
+      .def("validate", &ddpc::TrainOptions::validate,
+           "'' or the one-line error of TrainOptions::validate().");
 
   m.def("supported_ops", &ddpc::supportedONNXOpTypes,
         "The ONNX op types (default domain) the importer registers, sorted.");

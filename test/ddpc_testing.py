@@ -48,6 +48,19 @@ MPI_ENV = {
 ENV = dict(os.environ, **MPI_ENV)
 
 
+def cuda_root():
+    """The CUDA toolkit folder with an executable bin/ptxas: $CUDA_HOME,
+    $CUDA_PATH or /usr/local/cuda, as the driver looks; None when none."""
+    for root in (
+        os.environ.get("CUDA_HOME"),
+        os.environ.get("CUDA_PATH"),
+        "/usr/local/cuda",
+    ):
+        if root and os.access(os.path.join(root, "bin", "ptxas"), os.X_OK):
+            return root
+    return None
+
+
 def weights(path):
     """{initializer name: numpy array} of the ONNX model at `path`."""
     import onnx

@@ -1,7 +1,7 @@
 //===- InitAllPasses.h - register every ddpc pass ---------------*- C++ -*-===//
 //
 // Part of ddpc. One call registers the passes of every area (each folder
-// with a Passes.td: Transforms, Parallel, Codegen, Codegen/GPU,
+// with a Passes.td: Transforms, Training, Parallel, Codegen, Codegen/GPU,
 // Target/CUDA/Transforms) and the named pipelines (lib/Pipelines). A new
 // area adds its register<Area>Passes() here. Upstream passes are
 // registered by registerAllDDPCPasses() (Pipelines.h).
@@ -16,6 +16,7 @@
 #include "ddpc/Parallel/Passes.h"
 #include "ddpc/Pipelines/Pipelines.h"
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
+#include "ddpc/Training/Passes.h"
 #include "ddpc/Transforms/Passes.h"
 
 namespace ddpc {
@@ -25,6 +26,7 @@ namespace ddpc {
 inline void registerDDPCPasses() {
   static bool once = [] {
     registerTransformsPasses();
+    registerTrainingPasses();
     registerParallelPasses();
     registerCodegenPasses();
     registerCodegenGPUPasses();

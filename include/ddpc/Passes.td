@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 include "ddpc/Transforms/Passes.td"
+include "ddpc/Training/Passes.td"
 include "ddpc/Parallel/Passes.td"
 include "ddpc/Codegen/Passes.td"
 include "ddpc/Codegen/GPU/Passes.td"

@@ -13,12 +13,12 @@
 #include "ddpc/Support/DTypes.h"
 #include "ddpc/Support/OutputFile.h"
 #include "ddpc/Support/RuntimeSymbols.h"
-#include "ddpc/Training/TrainingStep.h"
+#include "ddpc/Target/CUDA/Transforms/Passes.h"
+#include "ddpc/Training/Passes.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #include <onnx/onnx_pb.h>
 
-#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -105,6 +105,19 @@ std::string printOp(Operation *op) {
   return s;
 }
 
+/// The text of a --dump-ir file: with locations (`loc(#locN)`, their table
+/// at the end), which carry the ONNX node names that fusion records, so
+/// that `ddpc-opt` replays each stage exactly (up to the locations of
+/// values that the custom syntax does not print, e.g. loop induction
+/// variables, which the parser sets to the file position).
+std::string printDump(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->print(os, OpPrintingFlags().enableDebugInfo(/*enable=*/true,
+                                                  /*prettyForm=*/false));
+  return s;
+}
+
 /// Writes the IR after every pass into DIR/NNNN_<pass-argument>.mlir, or
 /// DIR/NNNN_<pass-argument>.<symbol>.mlir for a pass nested on a symbol
 /// (a func.func pass runs once per function). Four digits keep the files in
@@ -113,10 +126,12 @@ std::string printOp(Operation *op) {
 /// file.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
-  /// `counter` and `last` (the text of the last file written) are shared by
-  /// the pass managers of one compile.
-  DumpIRInstrumentation(std::string dir, int *counter, std::string *last)
-      : dir(std::move(dir)), counter(*counter), last(*last) {}
+  /// `counter`, `last` (the text of the last file written) and `lastFile`
+  /// (its name) are shared by the pass managers of one compile.
+  DumpIRInstrumentation(std::string dir, int *counter, std::string *last,
+                        std::string *lastFile)
+      : dir(std::move(dir)), counter(*counter), last(*last),
+        lastFile(*lastFile) {}
   void runAfterPass(Pass *pass, Operation *op) override {
     if (pass->getName().contains("OpToOpPassAdaptor"))
       return;
@@ -130,16 +145,15 @@ public:
     // Nested passes are dumped as the whole module.
     while (op->getParentOp())
       op = op->getParentOp();
-    std::string text = printOp(op);
+    std::string text = printDump(op);
     if (text == last)
       return;
     last = std::move(text);
     StringRef arg = pass->getArgument();
     std::string name = arg.empty() ? pass->getName().str() : arg.str();
+    lastFile = llvm::formatv("{0:d4}_{1}{2}.mlir", counter++, name, suffix);
     SmallString<256> path(dir);
-    llvm::sys::path::append(
-        path,
-        llvm::formatv("{0:d4}_{1}{2}.mlir", counter++, name, suffix).str());
+    llvm::sys::path::append(path, lastFile);
     std::string err;
     (void)writeFileAtomic(std::string(path), last, err);
   }
@@ -148,6 +162,7 @@ private:
   std::string dir;
   int &counter;
   std::string &last;
+  std::string &lastFile;
 };
 
 struct TensorSig {
@@ -781,44 +796,10 @@ int compile(const CompileOptions &options, std::string &error,
     error = "--vjp is not supported with --target cuda";
     return kCompileError;
   }
-  if (options.train.enabled && !(std::isfinite(options.train.bucketCapMB) &&
-                                 options.train.bucketCapMB > 0)) {
-    char got[32];
-    std::snprintf(got, sizeof(got), "%g", options.train.bucketCapMB);
-    error = std::string("the gradient bucket cap (--bucket-cap-mb, "
-                        "TrainConfig.bucket_cap_mb) must be a positive "
-                        "number of MiB, got ") +
-            got;
-    return kCompileError;
-  }
   if (options.train.enabled) {
-    // PyTorch's optimizer checks, plus finiteness; values become float32.
-    const TrainOptions &o = options.train;
-    auto bad = [&](const char *cli, const char *py, double v,
-                   const char *want) {
-      char got[32];
-      std::snprintf(got, sizeof(got), "%g", v);
-      error = std::string(cli) + " (TrainConfig." + py + ") must be " + want +
-              ", got " + got;
+    error = options.train.validate();
+    if (!error.empty())
       return kCompileError;
-    };
-    auto finite32 = [](double v) {
-      return std::isfinite(v) && std::fabs(v) <= FLT_MAX;
-    };
-    if (!(finite32(o.lr) && o.lr >= 0))
-      return bad("--lr", "lr", o.lr, "a finite float32 >= 0");
-    if (!(finite32(o.momentum) && o.momentum >= 0))
-      return bad("--momentum", "momentum", o.momentum, "a finite number >= 0");
-    if (!finite32(o.dampening))
-      return bad("--dampening", "dampening", o.dampening, "a finite number");
-    if (!(finite32(o.weightDecay) && o.weightDecay >= 0))
-      return bad("--weight-decay", "weight_decay", o.weightDecay,
-                 "a finite number >= 0");
-    if (!(finite32(o.eps) && o.eps >= 0))
-      return bad("--eps", "eps", o.eps, "a finite number >= 0");
-    for (double beta : {o.beta1, o.beta2})
-      if (!(beta >= 0 && beta < 1))
-        return bad("--betas", "betas", beta, "in [0, 1)");
   }
   std::string cudaRoot;
   if (cuda) {
@@ -863,7 +844,7 @@ int compile(const CompileOptions &options, std::string &error,
     }
     importOptions.parameterize = true;
     importOptions.trainingMode = true;
-    importOptions.funcName = "forward_train";
+    importOptions.funcName = kForwardTrainFunc.str();
     importOptions.frozen = options.train.freeze;
     importOptions.initialValues = &initialValues;
     importOptions.syncBatchNorm = options.train.syncBatchNorm;
@@ -875,7 +856,7 @@ int compile(const CompileOptions &options, std::string &error,
     ImportOptions evalOptions = importOptions;
     evalOptions.trainingMode = false;
     evalOptions.evalMode = true;
-    evalOptions.funcName = "forward_eval";
+    evalOptions.funcName = kForwardEvalFunc.str();
     evalOptions.initialValues = nullptr;
     OwningOpRef<ModuleOp> evalModule =
         importONNXModel(context, bytes, evalOptions, importError);
@@ -905,7 +886,9 @@ int compile(const CompileOptions &options, std::string &error,
                ? kCompileUnsupported
                : kCompileError;
   }
-  std::string lastDump; // --dump-ir: the text of the last file written.
+  std::string lastDump;     // --dump-ir: the text of the last file written,
+  std::string lastDumpFile; // its name,
+  std::string stagesText;   // and DIR/stages.txt: how to replay each stage.
   if (!options.dumpIRDir.empty()) {
     if (llvm::sys::fs::exists(options.dumpIRDir) &&
         !llvm::sys::fs::is_directory(options.dumpIRDir)) {
@@ -923,13 +906,15 @@ int compile(const CompileOptions &options, std::string &error,
     for (llvm::sys::fs::directory_iterator it(options.dumpIRDir, ec), end;
          it != end && !ec; it.increment(ec)) {
       StringRef file = llvm::sys::path::filename(it->path());
-      if (file.ends_with(".mlir") && file.size() > 5 &&
-          llvm::all_of(file.take_front(4), llvm::isDigit) && file[4] == '_')
+      if ((file.ends_with(".mlir") && file.size() > 5 &&
+           llvm::all_of(file.take_front(4), llvm::isDigit) && file[4] == '_') ||
+          file == "stages.txt")
         (void)llvm::sys::fs::remove(it->path());
     }
     SmallString<256> p(options.dumpIRDir);
-    llvm::sys::path::append(p, "0000_import.mlir");
-    lastDump = printOp(*module);
+    lastDumpFile = "0000_import.mlir";
+    llvm::sys::path::append(p, lastDumpFile);
+    lastDump = printDump(*module);
     if (!writeFileAtomic(std::string(p), lastDump, error))
       return kCompileError;
   }
@@ -938,31 +923,27 @@ int compile(const CompileOptions &options, std::string &error,
                ? kCompileOk
                : kCompileError;
 
-  if (options.vjp) {
-    auto f = module->lookupSymbol<func::FuncOp>(kMainGraphFunc);
-    if (failed(makeVJPFunction(f, error)))
-      return kCompileUnsupported;
-  }
-  std::vector<TensorSig> ins, outs;
-  if (!training && !readSignature(*module, ins, outs)) {
-    error = "internal error: imported module has no @main_graph";
-    return kCompileError;
-  }
   std::string modelName = "model";
   if (auto n = (*module)->getAttrOfType<StringAttr>(attrs::kGraphName))
     modelName = n.str();
 
   // Pass phases; each ends a named stage that --dump-ir, captureStages and
-  // the Python API can show.
+  // the Python API can show. With --dump-ir, DIR/stages.txt gives each
+  // stage's input and output files and its pipeline as text, which
+  // `ddpc-opt INPUT --pass-pipeline=PIPELINE` replays. A failing pass of a
+  // `userErrors` phase (the training step, the VJP) reports the user's
+  // problem; in any other it is an internal error.
   int dumpCounter = 1;
   auto runPhase = [&](StringRef stage,
-                      llvm::function_ref<void(OpPassManager &)> build) {
+                      llvm::function_ref<void(OpPassManager &)> build,
+                      bool userErrors = false) {
     if (options.verbose)
       llvm::errs() << "ddpc: " << stage << "\n";
-    PassManager pm(&context);
+    PassManager pm(&context, ModuleOp::getOperationName());
+    std::string input = lastDumpFile;
     if (!options.dumpIRDir.empty())
       pm.addInstrumentation(std::make_unique<DumpIRInstrumentation>(
-          options.dumpIRDir, &dumpCounter, &lastDump));
+          options.dumpIRDir, &dumpCounter, &lastDump, &lastDumpFile));
     if (options.printIRAfterAll)
       pm.enableIRPrinting([](Pass *, Operation *) { return false; },
                           [](Pass *, Operation *) { return true; },
@@ -977,9 +958,27 @@ int compile(const CompileOptions &options, std::string &error,
       return success();
     });
     if (failed(pm.run(*module))) {
-      error = "internal error: stage '" + stage.str() +
-              "' failed: " + StringRef(diag).split('\n').first.str();
+      std::string first = StringRef(diag).split('\n').first.str();
+      error = userErrors ? first
+                         : "internal error: stage '" + stage.str() +
+                               "' failed: " + first;
       return false;
+    }
+    if (!options.dumpIRDir.empty()) {
+      if (stagesText.empty())
+        stagesText = "# ddpc --dump-ir: each stage replays as\n"
+                     "#   ddpc-opt INPUT --pass-pipeline='PIPELINE'\n"
+                     "# which prints what `ddpc-opt OUTPUT` prints\n"
+                     "# stage\tinput\toutput\tpipeline\n";
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      pm.printAsTextualPipeline(os);
+      stagesText +=
+          stage.str() + "\t" + input + "\t" + lastDumpFile + "\t" + text + "\n";
+      SmallString<256> path(options.dumpIRDir);
+      llvm::sys::path::append(path, "stages.txt");
+      if (!writeFileAtomic(std::string(path), stagesText, error))
+        return false;
     }
     if (result && options.captureStages)
       result->stages.emplace_back(stage.str(), printOp(*module));
@@ -988,14 +987,30 @@ int compile(const CompileOptions &options, std::string &error,
   if (result && options.captureStages)
     result->stages.emplace_back("import", printOp(*module));
 
+  if (options.vjp &&
+      !runPhase(
+          "vjp", [&](OpPassManager &pm) { pm.addPass(createMakeVJPPass()); },
+          /*userErrors=*/true))
+    return StringRef(error).starts_with("internal") ? kCompileError
+                                                    : kCompileUnsupported;
+  std::vector<TensorSig> ins, outs;
+  if (!training && !readSignature(*module, ins, outs)) {
+    error = "internal error: imported module has no @main_graph";
+    return kCompileError;
+  }
+
   TrainingProgramInfo trainInfo;
   if (training) {
     if (options.verbose)
       llvm::errs() << "ddpc: synthesizing the training step\n";
-    auto fwdTrain = module->lookupSymbol<func::FuncOp>("forward_train");
-    auto fwdEval = module->lookupSymbol<func::FuncOp>("forward_eval");
-    if (failed(buildTrainingFunctions(*module, fwdTrain, fwdEval, options.train,
-                                      trainInfo, error)))
+    if (!runPhase(
+            "training",
+            [&](OpPassManager &pm) {
+              pm.addPass(createBuildTrainingStepPass(
+                  toBuildTrainingStepPassOptions(options.train), &trainInfo));
+              pm.addPass(createCanonicalizerPass());
+            },
+            /*userErrors=*/true))
       return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
                                                          : kCompileError;
     for (const std::string &note : trainInfo.notes)
@@ -1007,10 +1022,6 @@ int compile(const CompileOptions &options, std::string &error,
       ins.push_back({trainInfo.data.size() == 1 ? "data" : "data." + d.name,
                      d.dtype, d.shape});
     ins.push_back({"labels", trainInfo.labelDType, trainInfo.labelShape});
-    if (!runPhase("training", [&](OpPassManager &pm) {
-          pm.addPass(createCanonicalizerPass());
-        }))
-      return kCompileError;
   }
   auto makeReport = [&] {
     llvm::StringSet<> trainable;
@@ -1057,17 +1068,20 @@ int compile(const CompileOptions &options, std::string &error,
       addBucketReport(*module, result->reportJSON);
       addCUDAReport(*module, options.cudaArchs, result->reportJSON);
     }
-    if (!runPhase("nvvm", [&](OpPassManager &pm) {
-          buildNVVMPipeline(pm, cudaOptions);
-        }))
-      return kCompileError;
+    std::string ptx;
     if (options.verbose)
       llvm::errs() << "ddpc: assembling kernels for "
                    << llvm::join(options.cudaArchs, ",") << "\n";
-    std::string ptx;
-    if (!assembleFatBinaries(*module, cudaRoot,
-                             options.emit == EmitKind::PTX ? &ptx : nullptr,
-                             error))
+    if (!runPhase(
+            "nvvm",
+            [&](OpPassManager &pm) {
+              buildNVVMPipeline(pm, cudaOptions);
+              GPUAssembleFatBinariesPassOptions fatbin;
+              fatbin.cudaPath = cudaRoot;
+              pm.addPass(createGPUAssembleFatBinariesPass(
+                  fatbin, options.emit == EmitKind::PTX ? &ptx : nullptr));
+            },
+            /*userErrors=*/true))
       return kCompileError;
     if (options.emit == EmitKind::PTX)
       return writeFileAtomic(options.outputPath, ptx, error) ? kCompileOk

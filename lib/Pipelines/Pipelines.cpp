@@ -1,7 +1,8 @@
 //===- Pipelines.cpp - ddpc pass pipelines --------------------------------===//
 //
-// Part of ddpc. The pipelines are spelled with upstream pass names so that
-// every step can be reproduced with `ddpc-opt` (or `mlir-opt`) by hand.
+// Part of ddpc. The pipelines are built from the passes' typed options; the
+// driver's --dump-ir writes each stage's pipeline as text (stages.txt), and
+// registerPipelines() names each stage for `ddpc-opt`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,7 +11,18 @@
 #include "ddpc/Import/ONNX/Importer.h"
 #include "ddpc/InitAllPasses.h"
 #include "ddpc/Target/CUDA/Archs.h"
+#include "ddpc/Target/CUDA/Transforms/Passes.h"
 
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/Transforms/Passes.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
@@ -19,115 +31,176 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
-#include "llvm/Support/ErrorHandling.h"
-
-#include <cstdio>
-#include <cstdlib>
+#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
 namespace ddpc {
 
-static void addPipeline(OpPassManager &pm, StringRef text) {
-  if (failed(parsePassPipeline(text, pm)))
-    llvm::report_fatal_error("ddpc: malformed built-in pass pipeline");
+/// The nested pass manager of every func.func of the module.
+static OpPassManager &funcs(OpPassManager &pm) {
+  return pm.nest<func::FuncOp>();
 }
 
 void buildGraphOptimizationPipeline(OpPassManager &pm,
                                     const CPUPipelineOptions &options) {
-  addPipeline(pm, "func.func(canonicalize,cse)");
-  if (options.fuseElementwise)
-    addPipeline(pm, "func.func(ddpc-fuse-ops,canonicalize,cse)");
+  OpPassManager &fpm = funcs(pm);
+  fpm.addPass(createCanonicalizerPass());
+  fpm.addPass(createCSEPass());
+  if (options.fuseElementwise) {
+    fpm.addPass(createFuseOpsPass());
+    fpm.addPass(createCanonicalizerPass());
+    fpm.addPass(createCSEPass());
+  }
 }
 
 void buildBufferizationPipeline(OpPassManager &pm,
                                 const CPUPipelineOptions &options) {
-  addPipeline(pm, "ddpc-lower-collectives,ddpc-read-only-arguments,"
-                  "func.func(ddpc-clone-shared-fills),"
-                  "eliminate-empty-tensors,empty-tensor-to-alloc-tensor,"
-                  "one-shot-bufferize{bufferize-function-boundaries "
-                  "function-boundary-type-conversion=identity-layout-map},"
-                  "func.func(canonicalize,ddpc-distinct-result-buffers),"
-                  "buffer-results-to-out-params{hoist-static-allocs "
-                  "modify-public-functions},"
-                  "buffer-deallocation-pipeline,canonicalize");
-  char cap[64];
-  std::snprintf(cap, sizeof(cap), "%.17g", options.bucketCapMB);
-  addPipeline(pm, std::string("ddpc-bucket-gradient-allreduce{bucket-cap-mb=") +
-                      cap + "}");
+  pm.addPass(createLowerCollectivesPass());
+  pm.addPass(createReadOnlyArgumentsPass());
+  funcs(pm).addPass(createCloneSharedFillsPass());
+  pm.addPass(bufferization::createEmptyTensorEliminationPass());
+  pm.addPass(bufferization::createEmptyTensorToAllocTensorPass());
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  OpPassManager &fpm = funcs(pm);
+  fpm.addPass(createCanonicalizerPass());
+  fpm.addPass(createDistinctResultBuffersPass());
+  bufferization::BufferResultsToOutParamsPassOptions outParams;
+  outParams.hoistStaticAllocs = true;
+  outParams.modifyPublicFunctions = true;
+  pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
+  bufferization::buildBufferDeallocationPipeline(pm);
+  pm.addPass(createCanonicalizerPass());
+  BucketGradientAllReducePassOptions buckets;
+  buckets.bucketCapMB = options.bucketCapMB;
+  pm.addPass(createBucketGradientAllReducePass(buckets));
+}
+
+/// The math lowering both targets share: exact log1p, libm for the rest.
+static void addMathToLLVM(OpPassManager &pm) {
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
+  ConvertMathToLLVMPassOptions math;
+  math.approximateLog1p = false;
+  pm.addPass(createConvertMathToLLVMPass(math));
+  pm.addPass(createConvertMathToLibmPass());
+}
+
+/// From the arith lowering on: the tail both targets share.
+static void addLLVMTail(OpPassManager &pm) {
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+}
+
+static void addFuncToLLVM(OpPassManager &pm) {
+  ConvertFuncToLLVMPassOptions func;
+  func.useBarePtrCallConv = true;
+  pm.addPass(createConvertFuncToLLVMPass(func));
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createUBToLLVMConversionPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
-  addPipeline(
-      pm, "ddpc-flatten-empty-arguments,func.func(convert-linalg-to-loops),"
-          "arith-expand{include-bf16},"
-          "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
-          "convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,"
-          "convert-arith-to-llvm,convert-index-to-llvm,"
-          "finalize-memref-to-llvm,"
-          "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
-          "convert-cf-to-llvm,convert-ub-to-llvm,"
-          "reconcile-unrealized-casts");
+  pm.addPass(createFlattenEmptyArgumentsPass());
+  funcs(pm).addPass(createConvertLinalgToLoopsPass());
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  ConvertMathToLLVMPassOptions math;
+  math.approximateLog1p = false;
+  pm.addPass(createConvertMathToLLVMPass(math));
+  pm.addPass(createConvertMathToLibmPass());
+  addLLVMTail(pm);
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  addFuncToLLVM(pm);
 }
 
 void buildGPULoopPipeline(OpPassManager &pm) {
-  addPipeline(
-      pm, "func.func(ddpc-conv-to-library-call,ddpc-plan-arena,"
-          "ddpc-gemm-to-library-call,ddpc-gemm-epilogues,ddpc-conv-epilogues,"
-          "ddpc-scatter-to-atomic,"
-          "ddpc-memref-copy-to-linalg,ddpc-parallel-loops-outermost,"
-          "ddpc-split-reductions,"
-          "convert-linalg-to-parallel-loops,"
-          "ddpc-serial-loops-to-device,ddpc-collapse-parallel-loops,"
-          "ddpc-merge-parallel-loops,"
-          "scf-parallel-loop-tiling{parallel-loop-tile-sizes=256 "
-          "no-min-max-bounds}),"
-          "ddpc-device-constants");
+  OpPassManager &fpm = funcs(pm);
+  fpm.addPass(createConvToLibraryCallPass());
+  fpm.addPass(createPlanArenaPass());
+  fpm.addPass(createGemmToLibraryCallPass());
+  fpm.addPass(createGemmEpiloguesPass());
+  fpm.addPass(createConvEpiloguesPass());
+  fpm.addPass(createScatterToAtomicPass());
+  fpm.addPass(createMemRefCopyToLinalgPass());
+  fpm.addPass(createParallelLoopsOutermostPass());
+  fpm.addPass(createSplitReductionsPass());
+  fpm.addPass(createConvertLinalgToParallelLoopsPass());
+  fpm.addPass(createSerialLoopsToDevicePass());
+  fpm.addPass(createCollapseParallelLoopsPass());
+  fpm.addPass(createMergeParallelLoopsPass());
+  fpm.addPass(createParallelLoopTilingPass({kGPUBlockSize},
+                                           /*noMinMaxBounds=*/true));
+  pm.addPass(createDeviceConstantsPass());
 }
 
 void buildGPUKernelPipeline(OpPassManager &pm, const CUDAPipelineOptions &) {
   buildGPULoopPipeline(pm);
-  addPipeline(pm,
-              "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
-              "gpu-kernel-outlining,ddpc-gpu-merge-modules,ddpc-gpu-host-sync");
+  OpPassManager &fpm = funcs(pm);
+  fpm.addPass(createGpuMapParallelLoopsPass());
+  fpm.addPass(createConvertParallelLoopToGpuPass());
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.addPass(createGPUMergeModulesPass());
+  pm.addPass(createGPUHostSyncPass());
 }
 
 void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
   // Host control flow stays structured through the "gpu-kernels" stage, so
   // the plan report can tell the epilogue fallbacks (scf.if) apart.
-  addPipeline(pm, "lower-affine,convert-scf-to-cf,canonicalize,cse");
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
   for (const std::string &chip : options.chips) {
     // The oldest PTX ISA LLVM accepts for the chip (Archs.h).
     const CUDAArch *arch = findCUDAArch(chip);
-    const char *ptx = arch ? arch->ptxFeature : "+ptx80";
-    std::string attach =
-        "nvvm-attach-target{chip=" + chip + " features=" + ptx + " O=3";
+    GpuNVVMAttachTargetOptions attach;
+    attach.chip = chip;
+    attach.features = arch ? arch->ptxFeature : "+ptx80";
+    attach.optLevel = 3;
     if (!options.libdevice.empty())
-      attach += " l=" + options.libdevice;
-    addPipeline(pm, attach + "}");
+      attach.linkLibs.push_back(options.libdevice);
+    pm.addPass(createGpuNVVMAttachTarget(attach));
   }
-  addPipeline(pm,
-              "gpu.module(convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv},"
-              "canonicalize,cse,"
-              "reconcile-unrealized-casts),"
-              "gpu-module-to-binary{format=isa}");
+  OpPassManager &gpm = pm.nest<gpu::GPUModuleOp>();
+  ConvertGpuOpsToNVVMOpsOptions nvvm;
+  nvvm.useBarePtrCallConv = true;
+  gpm.addPass(createConvertGpuOpsToNVVMOps(nvvm));
+  gpm.addPass(createCanonicalizerPass());
+  gpm.addPass(createCSEPass());
+  gpm.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(binary));
 }
 
 void buildCUDAHostLoweringPipeline(OpPassManager &pm,
                                    const CUDAPipelineOptions &) {
-  addPipeline(
-      pm, "ddpc-flatten-empty-arguments,expand-strided-metadata,lower-affine,"
-          "arith-expand{include-bf16},"
-          "convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,"
-          // Before gpu-to-llvm, whose own memref patterns would
-          // lower allocations to host malloc.
-          "finalize-memref-to-llvm{use-generic-functions},"
-          "gpu-to-llvm{use-bare-pointers-for-host "
-          "use-bare-pointers-for-kernels},"
-          "convert-arith-to-llvm,convert-index-to-llvm,"
-          "convert-func-to-llvm{use-bare-ptr-memref-call-conv},"
-          "convert-cf-to-llvm,convert-ub-to-llvm,"
-          "reconcile-unrealized-casts");
+  pm.addPass(createFlattenEmptyArgumentsPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  addMathToLLVM(pm);
+  // Before gpu-to-llvm, whose own memref patterns would lower allocations
+  // to host malloc.
+  FinalizeMemRefToLLVMConversionPassOptions memref;
+  memref.useGenericFunctions = true;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memref));
+  GpuToLLVMConversionPassOptions gpu;
+  gpu.hostBarePtrCallConv = true;
+  gpu.kernelBarePtrCallConv = true;
+  pm.addPass(createGpuToLLVMConversionPass(gpu));
+  addLLVMTail(pm);
+  addFuncToLLVM(pm);
 }
 
 void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options) {
@@ -136,25 +209,110 @@ void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options) {
   buildLowerToLLVMPipeline(pm, options);
 }
 
+namespace {
+/// `ddpc-opt --ddpc-graph-opt='fuse-elementwise=false'`.
+struct GraphOptPipelineOptions : PassPipelineOptions<GraphOptPipelineOptions> {
+  Option<bool> fuseElementwise{
+      *this, "fuse-elementwise",
+      llvm::cl::desc("Fuse producer/consumer elementwise ops (ddpc-fuse-ops)"),
+      llvm::cl::init(true)};
+};
+
+/// `ddpc-opt --ddpc-bufferize='bucket-cap-mb=4'`.
+struct BufferizePipelineOptions
+    : PassPipelineOptions<BufferizePipelineOptions> {
+  Option<double> bucketCapMB{
+      *this, "bucket-cap-mb",
+      llvm::cl::desc("Gradient bucket cap in MiB (PyTorch DDP's "
+                     "bucket_cap_mb)"),
+      llvm::cl::init(25.0)};
+};
+
+/// `ddpc-opt --ddpc-cpu-pipeline='fuse-elementwise=false bucket-cap-mb=4'`.
+struct CPUPipelineRegistrationOptions
+    : PassPipelineOptions<CPUPipelineRegistrationOptions> {
+  Option<bool> fuseElementwise{
+      *this, "fuse-elementwise",
+      llvm::cl::desc("Fuse producer/consumer elementwise ops (ddpc-fuse-ops)"),
+      llvm::cl::init(true)};
+  Option<double> bucketCapMB{
+      *this, "bucket-cap-mb",
+      llvm::cl::desc("Gradient bucket cap in MiB (PyTorch DDP's "
+                     "bucket_cap_mb)"),
+      llvm::cl::init(25.0)};
+};
+
+/// `ddpc-opt --ddpc-nvvm='chips=sm_80,sm_90 libdevice=PATH'`.
+struct NVVMPipelineOptions : PassPipelineOptions<NVVMPipelineOptions> {
+  ListOption<std::string> chips{
+      *this, "chips",
+      llvm::cl::desc("GPU architectures to compile kernels for (default "
+                     "sm_80)")};
+  Option<std::string> libdevice{
+      *this, "libdevice",
+      llvm::cl::desc("Path of NVIDIA's libdevice bitcode (math functions)"),
+      llvm::cl::init("")};
+};
+} // namespace
+
 void registerPipelines() {
   static bool once = [] {
+    PassPipelineRegistration<GraphOptPipelineOptions>(
+        "ddpc-graph-opt",
+        "ddpc graph cleanups and elementwise fusion (stage \"fused\")",
+        [](OpPassManager &pm, const GraphOptPipelineOptions &o) {
+          CPUPipelineOptions options;
+          options.fuseElementwise = o.fuseElementwise;
+          buildGraphOptimizationPipeline(pm, options);
+        });
+    PassPipelineRegistration<BufferizePipelineOptions>(
+        "ddpc-bufferize",
+        "ddpc bufferization with out-params, deallocation and gradient "
+        "buckets (stage \"bufferized\")",
+        [](OpPassManager &pm, const BufferizePipelineOptions &o) {
+          CPUPipelineOptions options;
+          options.bucketCapMB = o.bucketCapMB;
+          buildBufferizationPipeline(pm, options);
+        });
     PassPipelineRegistration<>(
-        "ddpc-graph-opt", "ddpc graph cleanups and elementwise fusion",
-        [](OpPassManager &pm) { buildGraphOptimizationPipeline(pm, {}); });
-    PassPipelineRegistration<>(
-        "ddpc-bufferize", "ddpc bufferization with out-params and deallocation",
-        [](OpPassManager &pm) { buildBufferizationPipeline(pm, {}); });
-    PassPipelineRegistration<>(
-        "ddpc-lower-to-llvm", "ddpc lowering of bufferized IR to LLVM",
+        "ddpc-lower-to-llvm",
+        "ddpc CPU target: bufferized IR to LLVM (stage \"lowered\")",
         [](OpPassManager &pm) { buildLowerToLLVMPipeline(pm, {}); });
+    PassPipelineRegistration<>(
+        "ddpc-gpu-loops",
+        "ddpc CUDA kernel IR as parallel loops, before outlining (what "
+        "--target cuda-emulate runs serially on the CPU)",
+        [](OpPassManager &pm) { buildGPULoopPipeline(pm); });
     PassPipelineRegistration<>(
         "ddpc-gpu-kernels",
         "ddpc CUDA target: bufferized IR to outlined gpu kernels, GEMM "
-        "library calls and host synchronization",
+        "library calls and host synchronization (stage \"gpu-kernels\", "
+        "after ddpc-bufferize)",
         [](OpPassManager &pm) { buildGPUKernelPipeline(pm, {}); });
+    PassPipelineRegistration<NVVMPipelineOptions>(
+        "ddpc-nvvm",
+        "ddpc CUDA target: kernels to NVVM and PTX objects, one per chip "
+        "(stage \"nvvm\", without the fatbin assembly)",
+        [](OpPassManager &pm, const NVVMPipelineOptions &o) {
+          CUDAPipelineOptions options;
+          if (!o.chips.empty())
+            options.chips.assign(o.chips.begin(), o.chips.end());
+          options.libdevice = o.libdevice;
+          buildNVVMPipeline(pm, options);
+        });
     PassPipelineRegistration<>(
+        "ddpc-cuda-host-lowering",
+        "ddpc CUDA target: host code to LLVM with mgpu* launches (stage "
+        "\"lowered\")",
+        [](OpPassManager &pm) { buildCUDAHostLoweringPipeline(pm, {}); });
+    PassPipelineRegistration<CPUPipelineRegistrationOptions>(
         "ddpc-cpu-pipeline", "the whole ddpc CPU pipeline after import",
-        [](OpPassManager &pm) { buildCPUPipeline(pm, {}); });
+        [](OpPassManager &pm, const CPUPipelineRegistrationOptions &o) {
+          CPUPipelineOptions options;
+          options.fuseElementwise = o.fuseElementwise;
+          options.bucketCapMB = o.bucketCapMB;
+          buildCPUPipeline(pm, options);
+        });
     return true;
   }();
   (void)once;

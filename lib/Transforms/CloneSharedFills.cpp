@@ -25,9 +25,15 @@ struct CloneSharedFillsPass
 
   void runOnOperation() override {
     SmallVector<linalg::FillOp> fills;
-    getOperation().walk([&](linalg::FillOp fill) {
-      if (fill.hasPureTensorSemantics() && !fill->getResult(0).hasOneUse())
-        fills.push_back(fill);
+    // Program order of every op: the destinations are taken in that order,
+    // not in use-list order, which printing and parsing do not keep (the
+    // pass must give the same IR when ddpc-opt replays it from a dump).
+    llvm::DenseMap<Operation *, unsigned> order;
+    getOperation().walk([&](Operation *op) {
+      order.try_emplace(op, order.size());
+      if (auto fill = dyn_cast<linalg::FillOp>(op))
+        if (fill.hasPureTensorSemantics() && !fill->getResult(0).hasOneUse())
+          fills.push_back(fill);
     });
     for (linalg::FillOp fill : fills) {
       // Destination uses: operands that an op writes into (DPS inits).
@@ -37,7 +43,14 @@ struct CloneSharedFillsPass
         if (dps && dps.isDpsInit(&use))
           dests.push_back(&use);
       }
-      // The original keeps its other uses (or the first destination).
+      // Latest first: the last destination keeps the original when only
+      // destinations use it, and every earlier one gets a clone.
+      llvm::sort(dests, [&](OpOperand *a, OpOperand *b) {
+        unsigned x = order.lookup(a->getOwner()),
+                 y = order.lookup(b->getOwner());
+        return x != y ? x > y : a->getOperandNumber() > b->getOperandNumber();
+      });
+      // The original keeps its other uses (or the last destination).
       bool keepFirst = dests.size() == fill->getResult(0).getNumUses();
       for (OpOperand *use : llvm::drop_begin(dests, keepFirst ? 1 : 0)) {
         OpBuilder b(use->getOwner());

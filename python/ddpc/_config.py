@@ -8,13 +8,11 @@ the other's module for them."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 
 from ._native import native, runtime_lib_dir
 
@@ -68,12 +66,6 @@ def _python_names(message: str) -> str:
     return ", ".join(f"{f} is {_CLI_TO_PYTHON[f]}" for f in seen)
 
 
-_LOSSES = ("cross-entropy", "mse", "output")
-_OPTIMIZERS = ("sgd", "adamw")
-#: Largest float32: hyper-parameters are float32 in the compiled program.
-_FLT_MAX = float(np.finfo(np.float32).max)
-
-
 @dataclasses.dataclass
 class TrainConfig:
     """How ``ddpc.compile(..., train=TrainConfig(...))`` builds a training
@@ -121,41 +113,22 @@ class TrainConfig:
     label_input: str | None = None
 
     def __post_init__(self) -> None:
-        if self.loss not in _LOSSES:
-            raise ValueError(
-                f"TrainConfig.loss must be one of {_LOSSES}, got {self.loss!r}"
-            )
-        if self.optimizer not in _OPTIMIZERS:
-            raise ValueError(
-                f"TrainConfig.optimizer must be one of {_OPTIMIZERS}, got {self.optimizer!r}"
-            )
-
-        def finite(v: object) -> bool:
-            return (
-                isinstance(v, (int, float))
-                and not isinstance(v, bool)
-                and math.isfinite(v)
-                and abs(v) <= _FLT_MAX
-            )
-
-        if not (finite(self.lr) and self.lr >= 0):
-            raise ValueError(
-                f"TrainConfig.lr must be a finite float32 >= 0, got {self.lr!r}"
-            )
-        for field in ("momentum", "weight_decay", "eps"):
+        # Python's own checks: types and the fields that are not training
+        # options of the compiler. The values are checked by the compiler's
+        # TrainOptions::validate(), the check ddpc compile runs.
+        for field in (
+            "lr",
+            "momentum",
+            "dampening",
+            "weight_decay",
+            "eps",
+            "bucket_cap_mb",
+        ):
             v = getattr(self, field)
-            if not (finite(v) and v >= 0):
-                raise ValueError(
-                    f"TrainConfig.{field} must be a finite number >= 0, got {v!r}"
-                )
-        if not finite(self.dampening):
-            raise ValueError(
-                f"TrainConfig.dampening must be a finite number, got {self.dampening!r}"
-            )
-        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ValueError("TrainConfig.nesterov needs momentum > 0 and dampening 0")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"TrainConfig.{field} must be a number, got {v!r}")
         if len(self.betas) != 2 or not all(
-            finite(b) and 0 <= b < 1 for b in self.betas
+            isinstance(b, (int, float)) and not isinstance(b, bool) for b in self.betas
         ):
             raise ValueError(
                 f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}"
@@ -164,26 +137,15 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.batch_size must be > 0, got {self.batch_size}"
             )
-        if self.grad_accum_steps < 1:
-            raise ValueError(
-                f"TrainConfig.grad_accum_steps must be >= 1, got {self.grad_accum_steps}"
-            )
-        if (
-            isinstance(self.bucket_cap_mb, bool)
-            or not isinstance(self.bucket_cap_mb, (int, float))
-            or not math.isfinite(self.bucket_cap_mb)
-            or not self.bucket_cap_mb > 0
-        ):
-            raise ValueError(
-                "TrainConfig.bucket_cap_mb must be a positive finite number of MiB, "
-                f"got {self.bucket_cap_mb!r}"
-            )
         if isinstance(self.freeze, str):
             raise ValueError(
                 "TrainConfig.freeze is a list of initializer names, not a string"
             )
         self.freeze = tuple(self.freeze)
         self.betas = (float(self.betas[0]), float(self.betas[1]))
+        error = self._to_native().validate()
+        if error:
+            raise ValueError(error)
 
     def _to_native(self) -> Any:
         opts = native().TrainOptions()

@@ -631,6 +631,16 @@ def test_clip_without_bounds_maps_infinities_to_the_largest_float(ddpc, tmp_path
             "--betas (TrainConfig.betas) must be in [0, 1)",
         ),
         (["--optimizer", "adamw", "--eps", "nan"], "--eps (TrainConfig.eps)"),
+        # torch.optim.SGD refuses Nesterov without momentum (or with dampening).
+        (["--nesterov"], "--nesterov (TrainConfig.nesterov) needs --momentum > 0"),
+        (
+            ["--nesterov", "--momentum", "0.9", "--dampening", "0.1"],
+            "--nesterov (TrainConfig.nesterov) needs --momentum > 0 and --dampening 0",
+        ),
+        (
+            ["--grad-accum-steps", "0"],
+            "--grad-accum-steps (TrainConfig.grad_accum_steps) must be >= 1, got 0",
+        ),
     ],
 )
 def test_bad_optimizer_settings_are_named(ddpc, tmp_path, args, needle):

@@ -7,7 +7,6 @@ Skipped (with the reason) on machines without the CUDA toolkit, or when
 CMake did not find CUDA and NCCL, since then the CUDA runtime is not built.
 """
 
-import os
 import pathlib
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ddpc_testing import BUILD, ROOT
+from ddpc_testing import BUILD, ROOT, cuda_root
 
 READELF = shutil.which("llvm-readelf") or "/usr/lib/llvm-22/bin/llvm-readelf"
 
@@ -31,17 +30,6 @@ CASES = [
     ),
     ("examples/models/resnet_mini.onnx", ["--batch-size", "4"]),
 ]
-
-
-def cuda_root():
-    for root in (
-        os.environ.get("CUDA_HOME"),
-        os.environ.get("CUDA_PATH"),
-        "/usr/local/cuda",
-    ):
-        if root and os.access(os.path.join(root, "bin", "ptxas"), os.X_OK):
-            return root
-    return None
 
 
 pytestmark = pytest.mark.skipif(
@@ -288,8 +276,16 @@ def test_dump_ir_folder_holds_one_compile(ddpc, tmp_path):
             [*base[:2], str(ROOT / model), *base[2:]], capture_output=True, text=True
         )
         assert r.returncode == 0, r.stderr
-    files = sorted(p.name for p in d.iterdir())
+    files = sorted(p.name for p in d.iterdir() if p.name != "stages.txt")
     assert files[0] == "0000_import.mlir"
+    # stages.txt is the second compile's: its stages name its files only.
+    named = {
+        name
+        for line in (d / "stages.txt").read_text().splitlines()
+        if not line.startswith("#")
+        for name in line.split("\t")[1:3]
+    }
+    assert named and named <= set(files), (named, files)
     assert [int(f[:4]) for f in files] == list(range(len(files)))
     texts = [(d / f).read_text() for f in files]
     assert "digits" in texts[0] or "Gemm" in texts[0]

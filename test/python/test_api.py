@@ -276,6 +276,10 @@ def test_train_config_validates() -> None:
         ("eps", float("nan")),
         ("dampening", float("inf")),
         ("betas", (0.9, 1.5)),
+        ("grad_accum_steps", 0),
+        ("nesterov", True),  # torch.optim.SGD: needs momentum > 0
+        ("loss", "hinge"),
+        ("optimizer", "lamb"),
     ):
         with pytest.raises(ValueError, match=field):
             ddpc.TrainConfig(**{field: bad})

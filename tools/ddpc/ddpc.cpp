@@ -471,14 +471,14 @@ int main(int argc, char **argv) {
       errs() << "error: --betas expects B1,B2, got '" << betas << "'\n";
       return 1;
     }
-    if (gradAccum < 1) {
-      errs() << "error: --grad-accum-steps must be >= 1\n";
-      return 1;
-    }
     t.gradAccumSteps = gradAccum;
     t.freeze.assign(freeze.begin(), freeze.end());
     t.syncBatchNorm = syncBatchNorm;
     t.bucketCapMB = bucketCapMB;
+    if (std::string bad = t.validate(); !bad.empty()) {
+      errs() << "error: " << bad << "\n";
+      return 1;
+    }
   } else {
     // Training options given without --train: name them.
     std::string given;

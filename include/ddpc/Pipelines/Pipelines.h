@@ -2,7 +2,9 @@
 //
 // Part of ddpc. The pass pipelines the driver runs, as library functions so
 // that `ddpc-opt --ddpc-lower-to-llvm` reproduces exactly what
-// `ddpc compile` does.
+// `ddpc compile` does. Each driver stage (Driver.cpp) is one or two of
+// these; `--dump-ir DIR` writes DIR/stages.txt with the textual pipeline
+// that replays each stage in `ddpc-opt`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +13,7 @@
 
 #include "mlir/Support/LLVM.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,10 @@ struct CUDAPipelineOptions {
   std::string libdevice;
 };
 
+/// Threads per block of the generated CUDA kernels (the tile size of every
+/// parallel loop; the runtime launches what the IR says).
+constexpr int64_t kGPUBlockSize = 256;
+
 /// The target-independent half of the CUDA kernel stage, on bufferized IR:
 /// convolutions to ddpc_conv2d_f32 (cuDNN) calls with an im2col + GEMM
 /// fallback (ddpc-conv-to-library-call), temporaries planned into one arena
@@ -94,8 +101,11 @@ void buildNVVMPipeline(mlir::OpPassManager &pm,
 void buildCUDAHostLoweringPipeline(mlir::OpPassManager &pm,
                                    const CUDAPipelineOptions &options);
 
-/// Registers the pipelines above as `ddpc-graph-opt`, `ddpc-bufferize`,
-/// `ddpc-lower-to-llvm`, `ddpc-gpu-kernels` and `ddpc-cpu-pipeline`.
+/// Registers the pipelines above, with typed options, as `ddpc-graph-opt`
+/// {fuse-elementwise}, `ddpc-bufferize` {bucket-cap-mb},
+/// `ddpc-lower-to-llvm`, `ddpc-gpu-loops`, `ddpc-gpu-kernels`, `ddpc-nvvm`
+/// {chips, libdevice}, `ddpc-cuda-host-lowering` and `ddpc-cpu-pipeline`
+/// {fuse-elementwise, bucket-cap-mb}.
 void registerPipelines();
 
 /// Registers every dialect and upstream pass the pipelines use.

@@ -75,6 +75,10 @@ constexpr llvm::StringLiteral kCountCheckHelper = "ddpc_check_count";
 /// runtime calls.
 constexpr llvm::StringLiteral kMainGraphFunc = "main_graph";
 constexpr llvm::StringLiteral kInvokeGlue = "ddpc_invoke";
+/// The forward graph imported twice for training (training and inference
+/// mode), which ddpc-build-training-step replaces with the step's functions.
+constexpr llvm::StringLiteral kForwardTrainFunc = "forward_train";
+constexpr llvm::StringLiteral kForwardEvalFunc = "forward_eval";
 /// The training step's functions (MLIR names) and the glue's C forwarders
 /// the training runtime calls (void fn(void **args)).
 constexpr llvm::StringLiteral kTrainMicroFunc = "train_micro";

@@ -41,6 +41,16 @@ struct TrainOptions {
   /// Gradient allreduce bucket cap in MiB (PyTorch DDP's bucket_cap_mb;
   /// ddpc-bucket-gradient-allreduce). Must be > 0.
   double bucketCapMB = 25.0;
+
+  /// Checks the values, as torch.optim does plus finiteness (the numbers
+  /// become float32 constants): the loss and optimizer names; lr, momentum,
+  /// weight decay and eps finite float32 >= 0; dampening finite; nesterov
+  /// with momentum > 0 and dampening 0; betas in [0, 1); at least one
+  /// micro-batch per step; a positive finite bucket cap. Returns "" or one
+  /// line naming the CLI flag and the TrainConfig field, e.g. "--lr
+  /// (TrainConfig.lr) must be a finite float32 >= 0, got inf". The CLI, the
+  /// driver, ddpc-build-training-step and Python's TrainConfig all call it.
+  std::string validate() const;
 };
 
 } // namespace ddpc

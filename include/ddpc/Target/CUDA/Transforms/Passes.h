@@ -8,6 +8,7 @@
 //   ddpc-device-constants       device copies of constant tensors
 //   ddpc-gpu-merge-modules      all kernels in one gpu.module
 //   ddpc-gpu-host-sync          device/host ordering for host memory accesses
+//   ddpc-gpu-assemble-fatbin    PTX objects -> one fatbin (ptxas, fatbinary)
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +18,7 @@
 #include "mlir/Pass/Pass.h"
 
 #include <memory>
+#include <string>
 
 namespace ddpc {
 
@@ -24,6 +26,11 @@ namespace ddpc {
 /// Passes.td, and the options structs.
 #define GEN_PASS_DECL
 #include "ddpc/Target/CUDA/Transforms/Passes.h.inc"
+
+/// ddpc-gpu-assemble-fatbin that also appends the PTX of every object to
+/// `*ptx` (--emit=ptx), when not null.
+std::unique_ptr<mlir::Pass> createGPUAssembleFatBinariesPass(
+    const GPUAssembleFatBinariesPassOptions &options, std::string *ptx);
 
 /// Registers the passes of Passes.td with the global pass registry.
 void registerCUDATransformsPasses();

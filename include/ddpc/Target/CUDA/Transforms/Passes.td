@@ -61,4 +61,24 @@ def GPUMergeModulesPass : Pass<"ddpc-gpu-merge-modules", "mlir::ModuleOp"> {
   }];
 }
 
+def GPUAssembleFatBinariesPass : Pass<"ddpc-gpu-assemble-fatbin", "mlir::ModuleOp"> {
+  let summary = "Assemble each gpu.binary's PTX objects into one fatbin with the CUDA toolkit's ptxas and fatbinary";
+  let description = [{
+    `ddpc-gpu-assemble-fatbin` (module, after `gpu-module-to-binary
+    {format=isa}`; last pass of stage "nvvm"). Each gpu.binary holds one
+    PTX object per architecture; the pass assembles each with ptxas (one
+    cubin per architecture) and bundles the cubins, plus the PTX of the
+    newest architecture for the driver to JIT on newer GPUs, with
+    fatbinary into one object that the host code loads with
+    mgpuModuleLoad (include/ddpc/Target/CUDA/FatBinary.h). The toolkit is
+    `cuda-path`, else $CUDA_HOME, else $CUDA_PATH, else /usr/local/cuda.
+    Fails with an error naming the toolkit folder or the tool and its
+    message.
+  }];
+  let options = [
+    Option<"cudaPath", "cuda-path", "std::string", /*default=*/"\"\"",
+           "CUDA toolkit folder (holding bin/ptxas and bin/fatbinary)">
+  ];
+}
+
 #endif // DDPC_TARGET_CUDA_TRANSFORMS_PASSES_TD
