@@ -9,14 +9,32 @@
 // y[n] (4 x 16) += w (4 x 27) * col[n] (27 x 16), with the weights shared
 // by the batch (stride 0); the strides of col and y are 27*16 and 4*16.
 // CHECK-LABEL: func.func @conv(
-// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(%c0_i32, %c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c4_i64, %c3_i64_1, %c3_i64_2, %c4_i64_3, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %c1_i64_8, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c1_i32) {ddpc.library = "cudnn"}
-// CHECK: %[[DECLINED:.*]] = arith.cmpi eq, %[[DONE]], %c0_i32
+// CHECK-SAME: %[[X:[a-zA-Z0-9_]+]]: memref<2x1x3x6x6xf32>, %[[W:[a-zA-Z0-9_]+]]: memref<1x4x3x3x3xf32>, %[[Y:[a-zA-Z0-9_]+]]: memref<2x1x4x4x4xf32>)
+// CHECK: %[[KIND:.*]] = arith.constant 0 : i32
+// CHECK: %[[CN:.*]] = arith.constant 2 : i64
+// CHECK: %[[CC:.*]] = arith.constant 3 : i64
+// CHECK: %[[CH:.*]] = arith.constant 6 : i64
+// CHECK: %[[CW:.*]] = arith.constant 6 : i64
+// CHECK: %[[CK:.*]] = arith.constant 4 : i64
+// CHECK: %[[CR:.*]] = arith.constant 3 : i64
+// CHECK: %[[CS:.*]] = arith.constant 3 : i64
+// CHECK: %[[CP:.*]] = arith.constant 4 : i64
+// CHECK: %[[CQ:.*]] = arith.constant 4 : i64
+// CHECK: %[[SH:.*]] = arith.constant 1 : i64
+// CHECK: %[[SW:.*]] = arith.constant 1 : i64
+// CHECK: %[[DH:.*]] = arith.constant 1 : i64
+// CHECK: %[[DW:.*]] = arith.constant 1 : i64
+// CHECK: %[[GR:.*]] = arith.constant 1 : i64
+// CHECK: %[[ACC:.*]] = arith.constant 1 : i32
+// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(%[[KIND]], %[[CN]], %[[CC]], %[[CH]], %[[CW]], %[[CK]], %[[CR]], %[[CS]], %[[CP]], %[[CQ]], %[[SH]], %[[SW]], %[[DH]], %[[DW]], %[[GR]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[ACC]]) {ddpc.library = "cudnn"}
+// CHECK: %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK: %[[DECLINED:.*]] = arith.cmpi eq, %[[DONE]], %[[ZERO]] : i32
 // CHECK: scf.if %[[DECLINED]] {
 // CHECK: %[[COL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x16xf32>
 // CHECK: %[[COL6:.*]] = memref.expand_shape %[[COL]] {{\[\[}}0], [1, 2, 3], [4, 5]] output_shape [2, 3, 3, 3, 4, 4]
-// CHECK: linalg.generic {indexing_maps = [#[[GATHER:.*]], #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%arg0 : memref<2x1x3x6x6xf32>) outs(%[[COL6]] : memref<2x3x3x3x4x4xf32>)
-// CHECK: memref.collapse_shape %arg1 {{\[\[}}0, 1], [2, 3, 4]] : memref<1x4x3x3x3xf32> into memref<4x27xf32>
-// CHECK: memref.collapse_shape %arg2 {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x4x4x4xf32> into memref<2x4x16xf32>
+// CHECK: linalg.generic {indexing_maps = [#[[GATHER:.*]], #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%[[X]] : memref<2x1x3x6x6xf32>) outs(%[[COL6]] : memref<2x3x3x3x4x4xf32>)
+// CHECK: memref.collapse_shape %[[W]] {{\[\[}}0, 1], [2, 3, 4]] : memref<1x4x3x3x3xf32> into memref<4x27xf32>
+// CHECK: memref.collapse_shape %[[Y]] {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x4x4x4xf32> into memref<2x4x16xf32>
 // CHECK-DAG: %[[B:.*]] = arith.constant 2 : i64
 // CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
 // CHECK-DAG: %[[N:.*]] = arith.constant 16 : i64
@@ -111,10 +129,11 @@ func.func @grouped(%x: memref<2x3x1x6x6xf32>, %w: memref<3x1x1x3x3xf32>, %y: mem
 // window index outermost), dyT[4, 2, 16] (transpose of dy) and one GEMM
 // over the 2*16 positions: dw (4 x 27) += dyT (4 x 32) * colT^T (32 x 27).
 // CHECK-LABEL: func.func @weight_grad(
+// CHECK-SAME: %{{[a-zA-Z0-9_]+}}: memref<2x1x3x6x6xf32>, %[[DY:[a-zA-Z0-9_]+]]: memref<2x1x4x4x4xf32>, %{{[a-zA-Z0-9_]+}}: memref<1x4x3x3x3xf32>)
 // CHECK: %[[COLT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<27x2x16xf32>
 // CHECK: memref.expand_shape %[[COLT]] {{\[\[}}0, 1, 2], [3], [4, 5]] output_shape [3, 3, 3, 2, 4, 4]
 // CHECK: %[[DYT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<4x2x16xf32>
-// CHECK: linalg.generic {{.*}} ins(%arg1 : memref<2x1x4x4x4xf32>) outs(%{{.*}} : memref<4x2x4x4xf32>)
+// CHECK: linalg.generic {{.*}} ins(%[[DY]] : memref<2x1x4x4x4xf32>) outs(%{{.*}} : memref<4x2x4x4xf32>)
 // CHECK-DAG: %[[ONE:.*]] = arith.constant 1 : i64
 // CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
 // CHECK-DAG: %[[N:.*]] = arith.constant 27 : i64
@@ -148,10 +167,11 @@ func.func @weight_grad(%x: memref<2x1x3x6x6xf32>, %dy: memref<2x1x4x4x4xf32>, %d
 // window map, left for ddpc-scatter-to-atomic.
 // CHECK: #[[COL2IM:.*]] = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, 0, d1, d4 * 2 + d2, d5 * 2 + d3)>
 // CHECK-LABEL: func.func @input_grad(
+// CHECK-SAME: %[[W:[a-zA-Z0-9_]+]]: memref<1x5x3x3x3xf32>, %[[DY:[a-zA-Z0-9_]+]]: memref<2x1x5x2x2xf32>, %[[DX:[a-zA-Z0-9_]+]]: memref<2x1x3x5x5xf32>)
 // CHECK: %[[DCOL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x4xf32>
 // CHECK-NOT: linalg.fill
-// CHECK: %[[WM:.*]] = memref.collapse_shape %arg0 {{\[\[}}0, 1], [2, 3, 4]] : memref<1x5x3x3x3xf32> into memref<5x27xf32>
-// CHECK: %[[DYM:.*]] = memref.collapse_shape %arg1 {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x5x2x2xf32> into memref<2x5x4xf32>
+// CHECK: %[[WM:.*]] = memref.collapse_shape %[[W]] {{\[\[}}0, 1], [2, 3, 4]] : memref<1x5x3x3x3xf32> into memref<5x27xf32>
+// CHECK: %[[DYM:.*]] = memref.collapse_shape %[[DY]] {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x5x2x2xf32> into memref<2x5x4xf32>
 // CHECK-DAG: %[[B:.*]] = arith.constant 2 : i64
 // CHECK-DAG: %[[M:.*]] = arith.constant 27 : i64
 // CHECK-DAG: %[[N:.*]] = arith.constant 4 : i64
@@ -161,10 +181,12 @@ func.func @weight_grad(%x: memref<2x1x3x6x6xf32>, %dy: memref<2x1x4x4x4xf32>, %d
 // CHECK-DAG: %[[Z:.*]] = arith.constant 0 : i64
 // CHECK-DAG: %[[SB:.*]] = arith.constant 20 : i64
 // CHECK-DAG: %[[SC:.*]] = arith.constant 108 : i64
-// The GEMM overwrites dcol (last argument 0: BLAS beta = 0, no fill).
-// CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %[[T]], %[[NT]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]], %c0_i32{{[_0-9]*}})
+// The GEMM overwrites dcol (last argument 0: BLAS beta = 0, no fill); its
+// constant comes after the one of transB.
+// CHECK-DAG: %[[BETA:.*]] = arith.constant 0 : i32
+// CHECK: call @ddpc_gemm_f32(%[[B]], %[[M]], %[[N]], %[[K]], %[[T]], %[[NT]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]], %[[SB]], %[[SC]], %[[BETA]])
 // CHECK: %[[DCOL6:.*]] = memref.expand_shape %[[DCOL]] {{\[\[}}0], [1, 2, 3], [4, 5]] output_shape [2, 3, 3, 3, 2, 2]
-// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #[[COL2IM]]], iterator_types = ["reduction", "reduction", "reduction", "reduction", "reduction", "reduction"]} ins(%[[DCOL6]] : memref<2x3x3x3x2x2xf32>) outs(%arg2 : memref<2x1x3x5x5xf32>)
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #[[COL2IM]]], iterator_types = ["reduction", "reduction", "reduction", "reduction", "reduction", "reduction"]} ins(%[[DCOL6]] : memref<2x3x3x3x2x2xf32>) outs(%[[DX]] : memref<2x1x3x5x5xf32>)
 // CHECK: arith.addf
 // CHECK: memref.dealloc %[[DCOL]]
 // CHECK-NOT: linalg.generic
@@ -186,8 +208,9 @@ func.func @input_grad(%w: memref<1x5x3x3x3xf32>, %dy: memref<2x1x5x2x2xf32>, %dx
 
 // The same with the inputs in the other order (dy, w).
 // CHECK-LABEL: func.func @input_grad_swapped(
-// CHECK: memref.collapse_shape %arg1 {{\[\[}}0, 1], [2, 3, 4]] : memref<1x4x3x3x3xf32> into memref<4x27xf32>
-// CHECK: memref.collapse_shape %arg0 {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x4x4x4xf32> into memref<2x4x16xf32>
+// CHECK-SAME: %[[DY:[a-zA-Z0-9_]+]]: memref<2x1x4x4x4xf32>, %[[W:[a-zA-Z0-9_]+]]: memref<1x4x3x3x3xf32>, %{{[a-zA-Z0-9_]+}}: memref<2x1x3x6x6xf32>)
+// CHECK: memref.collapse_shape %[[W]] {{\[\[}}0, 1], [2, 3, 4]] : memref<1x4x3x3x3xf32> into memref<4x27xf32>
+// CHECK: memref.collapse_shape %[[DY]] {{\[\[}}0], [1, 2], [3, 4]] : memref<2x1x4x4x4xf32> into memref<2x4x16xf32>
 // CHECK: call @ddpc_gemm_f32(
 #wj = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
 #gj = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
@@ -209,7 +232,14 @@ func.func @input_grad_swapped(%dy: memref<2x1x4x4x4xf32>, %w: memref<1x4x3x3x3xf
 // and the GEMM overwrites y (last argument 0).
 // CHECK-LABEL: func.func @conv_zero_filled(
 // CHECK-NOT: linalg.fill
-// CHECK: call @ddpc_gemm_f32({{.*}}, %c0_i32{{[_0-9]*}})
+// CHECK: scf.if
+// CHECK-NOT: linalg.fill
+// The beta constant follows the GEMM's pointers.
+// CHECK: memref.extract_aligned_pointer_as_index
+// CHECK-NOT: linalg.fill
+// CHECK: %[[BETA:.*]] = arith.constant 0 : i32
+// CHECK-NOT: linalg.fill
+// CHECK: call @ddpc_gemm_f32({{.*}}, %[[BETA]])
 #xz = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
 #wz = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
 #yz = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
@@ -234,7 +264,14 @@ func.func @conv_zero_filled(%x: memref<2x1x3x6x6xf32>, %w: memref<1x4x3x3x3xf32>
 // accumulates. Kind 1 (backward data).
 // CHECK-LABEL: func.func @input_grad_zero_filled(
 // CHECK-NOT: linalg.fill
-// CHECK: call @ddpc_conv2d_f32(%c1_i32, {{.*}}, %c0_i32{{[_0-9]*}}) {ddpc.library = "cudnn"}
+// CHECK: %[[KIND:.*]] = arith.constant 1 : i32
+// CHECK-NOT: linalg.fill
+// The accumulate constant follows the pointers.
+// CHECK: memref.extract_aligned_pointer_as_index
+// CHECK-NOT: linalg.fill
+// CHECK: %[[ACC:.*]] = arith.constant 0 : i32
+// CHECK-NOT: linalg.fill
+// CHECK: call @ddpc_conv2d_f32(%[[KIND]], {{.*}}, %[[ACC]]) {ddpc.library = "cudnn"}
 // CHECK: scf.if
 // CHECK-NEXT: linalg.fill
 // CHECK: call @ddpc_gemm_f32(

@@ -6,9 +6,19 @@
 // NaN-propagating select form. It becomes one cuBLASLt call
 // (m=4, n=3, k=8, transB, act 1) whose result decides whether the GEMM
 // and the kernel run after all (the fallback).
+// The activation constant follows the bias pointer.
 // CHECK-LABEL: func.func @dense_relu(
-// CHECK: %[[DONE:.*]] = call @ddpc_gemm_bias_act_f32(%c4_i64, %c3_i64, %c8_i64, %c0_i32, %c1_i32, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c1_i32{{[_0-9]*}}) {ddpc.library = "cublasLt"} : (i64, i64, i64, i32, i32, i64, i64, i64, i64, i32) -> i32
-// CHECK: %[[FAILED:.*]] = arith.cmpi eq, %[[DONE]], %c0_i32
+// CHECK-SAME: %{{[a-zA-Z0-9_]+}}: memref<4x8xf32>, %{{[a-zA-Z0-9_]+}}: memref<3x8xf32>, %[[BIAS:[a-zA-Z0-9_]+]]: memref<3xf32>, %{{[a-zA-Z0-9_]+}}: memref<4x3xf32>)
+// CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[N:.*]] = arith.constant 3 : i64
+// CHECK-DAG: %[[K:.*]] = arith.constant 8 : i64
+// CHECK-DAG: %[[NT:.*]] = arith.constant 0 : i32
+// CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
+// CHECK: memref.extract_aligned_pointer_as_index %[[BIAS]] :
+// CHECK: %[[ACT:.*]] = arith.constant 1 : i32
+// CHECK: %[[DONE:.*]] = call @ddpc_gemm_bias_act_f32(%[[M]], %[[N]], %[[K]], %[[NT]], %[[T]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[ACT]]) {ddpc.library = "cublasLt"} : (i64, i64, i64, i32, i32, i64, i64, i64, i64, i32) -> i32
+// CHECK: %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK: %[[FAILED:.*]] = arith.cmpi eq, %[[DONE]], %[[ZERO]] : i32
 // CHECK: scf.if %[[FAILED]] {
 // CHECK-NEXT: call @ddpc_gemm_f32(
 // CHECK-NEXT: linalg.generic
@@ -47,7 +57,10 @@ func.func @dense_relu(%x: memref<4x8xf32>, %w: memref<3x8xf32>, %b: memref<3xf32
 // Bias only (act 0), into another buffer D; C is a temporary that nothing
 // reads afterwards, so the epilogue may skip writing it.
 // CHECK-LABEL: func.func @dense_bias(
-// CHECK: call @ddpc_gemm_bias_act_f32({{.*}}, %c0_i32{{[_0-9]*}}) {ddpc.library = "cublasLt"}
+// CHECK-SAME: %{{[a-zA-Z0-9_]+}}: memref<4x8xf32>, %{{[a-zA-Z0-9_]+}}: memref<8x3xf32>, %[[BIAS:[a-zA-Z0-9_]+]]: memref<3xf32>, %{{[a-zA-Z0-9_]+}}: memref<4x3xf32>)
+// CHECK: memref.extract_aligned_pointer_as_index %[[BIAS]] :
+// CHECK: %[[ACT:.*]] = arith.constant 0 : i32
+// CHECK: call @ddpc_gemm_bias_act_f32({{.*}}, %[[ACT]]) {ddpc.library = "cublasLt"}
 // CHECK: scf.if
 // CHECK: } {ddpc.library_fallback}
 #a2 = affine_map<(m, n, k) -> (m, k)>

@@ -10,9 +10,11 @@
 // return. Inputs (role grad_acc) are not bucketed.
 
 // CHECK-LABEL: func.func @train_micro(
-// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[C:arg[0-9]+]] :
+// CHECK-SAME: %[[C:[a-zA-Z0-9_]+]]: memref<4xf32> {ddpc.name = "grad_acc.c", ddpc.role = "new_grad_acc"}
+// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[C]] :
 // CHECK-NEXT: memref.extract_aligned_pointer_as_index %[[C]]
-// CHECK: call @ddpc_rt_bucket_add_f32(%{{.*}}, %c4_i64)
+// CHECK: %[[N0:.*]] = arith.constant 4 : i64
+// CHECK: call @ddpc_rt_bucket_add_f32(%{{.*}}, %[[N0]])
 // CHECK-NEXT: %[[I0:.*]] = arith.constant 0 : i64
 // CHECK-NEXT: call @ddpc_rt_bucket_allreduce_start(%[[I0]]) {ddpc.bucket = 0 : i64, ddpc.bytes = 16 : i64, ddpc.collective = "allreduce_bucket", ddpc.function_ops = 9 : i64, ddpc.params = ["c"], ddpc.start_op = 2 : i64}
 // CHECK-NEXT: linalg.fill
@@ -20,9 +22,13 @@
 // CHECK-NEXT: linalg.fill
 // CHECK-NEXT: memref.extract_aligned_pointer_as_index
 // CHECK-NOT: linalg
-// CHECK: call @ddpc_rt_bucket_add_f32(%{{.*}}, %c4_i64
+// CHECK: %[[N1:.*]] = arith.constant 4 : i64
 // CHECK-NOT: linalg
-// CHECK: call @ddpc_rt_bucket_add_f32(%{{.*}}, %c4_i64
+// CHECK: call @ddpc_rt_bucket_add_f32(%{{.*}}, %[[N1]])
+// CHECK-NOT: linalg
+// CHECK: %[[N2:.*]] = arith.constant 4 : i64
+// CHECK-NOT: linalg
+// CHECK: call @ddpc_rt_bucket_add_f32(%{{.*}}, %[[N2]])
 // CHECK: call @ddpc_rt_bucket_allreduce_start(%{{.*}}) {ddpc.bucket = 1 : i64, ddpc.bytes = 32 : i64, ddpc.collective = "allreduce_bucket", ddpc.function_ops = 9 : i64, ddpc.params = ["a", "b"], ddpc.start_op = 5 : i64}
 // CHECK-NEXT: linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : memref<4xf32>)
 // CHECK-NEXT: memref.extract_aligned_pointer_as_index

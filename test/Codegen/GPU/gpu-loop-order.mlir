@@ -10,9 +10,10 @@
 // kernel. After it: one parallel loop over c, each iteration summing over n
 // in the original order.
 // CHECK-LABEL: func.func @bias_grad(
+// CHECK-SAME: %[[DY:[a-zA-Z0-9_]+]]: memref<32x16xf32>, %{{[a-zA-Z0-9_]+}}: memref<16xf32>)
 // CHECK: scf.parallel (%[[C:.*]]) = (%{{.*}}) to (%{{.*}}) step
 // CHECK-NEXT: scf.for %[[N:.*]] = %{{.*}} to %{{.*}} step
-// CHECK-NEXT: memref.load %arg0[%[[N]], %[[C]]]
+// CHECK-NEXT: memref.load %[[DY]][%[[N]], %[[C]]]
 // CHECK-NOT: scf.for
 #in = affine_map<(n, c) -> (n, c)>
 #out = affine_map<(n, c) -> (c)>
@@ -30,9 +31,15 @@ func.func @bias_grad(%dy: memref<32x16xf32>, %db: memref<16xf32>) {
 
 // A full reduction (a correct-prediction count) has no parallel loop: it is
 // wrapped in a one-iteration scf.parallel, whose body is the original loop.
+// The loop's own bounds come first, then the wrapper's (0 to 1 step 1).
 // CHECK-LABEL: func.func @count(
-// CHECK: scf.parallel (%{{.*}}) = (%c0{{.*}}) to (%c1{{.*}}) step (%c1{{.*}})
-// CHECK-NEXT: scf.for
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK: %[[LB:.*]] = arith.constant 0 : index
+// CHECK: %[[ONE:.*]] = arith.constant 1 : index
+// CHECK: scf.parallel (%{{.*}}) = (%[[LB]]) to (%[[ONE]]) step (%[[ONE]])
+// CHECK-NEXT: scf.for %{{.*}} = %[[C0]] to %[[C32]] step %[[C1]]
 // CHECK: memref.store
 #v = affine_map<(i) -> (i)>
 #s = affine_map<(i) -> ()>

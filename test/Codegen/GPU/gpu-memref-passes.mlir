@@ -6,20 +6,22 @@
 // with batch 1, m=4, n=3, k=8, transA=0, transB=1 and the three aligned
 // pointers; the generic is gone.
 // CHECK-LABEL: func.func @gemm_transb(
+// CHECK-SAME: %[[X:[a-zA-Z0-9_]+]]: memref<4x8xf32>, %{{[a-zA-Z0-9_]+}}: memref<3x8xf32>, %{{[a-zA-Z0-9_]+}}: memref<4x3xf32>)
 // CHECK-DAG: %[[B1:.*]] = arith.constant 1 : i64
 // CHECK-DAG: %[[M:.*]] = arith.constant 4 : i64
 // CHECK-DAG: %[[N:.*]] = arith.constant 3 : i64
 // CHECK-DAG: %[[K:.*]] = arith.constant 8 : i64
 // CHECK-DAG: %[[F:.*]] = arith.constant 0 : i32
 // CHECK-DAG: %[[T:.*]] = arith.constant 1 : i32
-// CHECK: memref.extract_aligned_pointer_as_index %arg0
+// CHECK: memref.extract_aligned_pointer_as_index %[[X]]
 // The batch strides (elements) follow: A 4*8, B 8*3, C 4*3.
 // CHECK-DAG: %[[SA:.*]] = arith.constant 32 : i64
 // CHECK-DAG: %[[SB:.*]] = arith.constant 24 : i64
 // CHECK-DAG: %[[SC:.*]] = arith.constant 12 : i64
 // The output is not known to be zero: the GEMM accumulates (last
 // argument 1, BLAS beta = 1).
-// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SA]], %[[SB]], %[[SC]], %c1_i32{{[_0-9]*}}) {{{.*}}ddpc.library = "cublas"}
+// CHECK-DAG: %[[BETA:.*]] = arith.constant 1 : i32
+// CHECK: call @ddpc_gemm_f32(%[[B1]], %[[M]], %[[N]], %[[K]], %[[F]], %[[T]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SA]], %[[SB]], %[[SC]], %[[BETA]]) {{{.*}}ddpc.library = "cublas"}
 // CHECK-NOT: linalg.generic
 // CHECK: func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32)
 #a = affine_map<(m, n, k) -> (m, k)>
@@ -64,12 +66,13 @@ func.func @bmm_transa(%x: memref<2x8x4xf32>, %w: memref<2x8x3xf32>, %y: memref<2
 // the weight as the first input and the loops in (m, k, n) order: the
 // operands are matched by role, so A is the second input (%arg1).
 // CHECK-LABEL: func.func @vjp_operand_order(
+// CHECK-SAME: %[[W:[a-zA-Z0-9_]+]]: memref<10x64xf32>, %[[G:[a-zA-Z0-9_]+]]: memref<8x10xf32>, %{{[a-zA-Z0-9_]+}}: memref<8x64xf32>)
 // CHECK-DAG: %[[M:.*]] = arith.constant 8 : i64
 // CHECK-DAG: %[[N:.*]] = arith.constant 64 : i64
 // CHECK-DAG: %[[K:.*]] = arith.constant 10 : i64
-// CHECK: %[[PA:.*]] = memref.extract_aligned_pointer_as_index %arg1
+// CHECK: %[[PA:.*]] = memref.extract_aligned_pointer_as_index %[[G]] :
 // CHECK: %[[A:.*]] = arith.index_cast %[[PA]]
-// CHECK: %[[PB:.*]] = memref.extract_aligned_pointer_as_index %arg0
+// CHECK: %[[PB:.*]] = memref.extract_aligned_pointer_as_index %[[W]] :
 // CHECK: %[[B:.*]] = arith.index_cast %[[PB]]
 // CHECK: call @ddpc_gemm_f32(%{{.*}}, %[[M]], %[[N]], %[[K]], %{{.*}}, %{{.*}}, %[[A]], %[[B]], %{{.*}})
 #w = affine_map<(m, k, n) -> (k, n)>
@@ -113,12 +116,13 @@ func.func @strided(%x: memref<4x8xf32, strided<[16, 1]>>, %w: memref<8x3xf32>, %
 // parallel loop: it becomes a 2-d scf.parallel with an atomic add, which
 // the GPU mapping turns into one thread per (i, j).
 // CHECK-LABEL: func.func @scatter(
+// CHECK-SAME: %[[GBUF:[a-zA-Z0-9_]+]]: memref<6xf32>, %[[WBUF:[a-zA-Z0-9_]+]]: memref<3xf32>, %[[OUT:[a-zA-Z0-9_]+]]: memref<8xf32>)
 // CHECK: scf.parallel (%[[I:.*]], %[[J:.*]]) =
-// CHECK: %[[G:.*]] = memref.load %arg0
-// CHECK: %[[W:.*]] = memref.load %arg1
+// CHECK: %[[G:.*]] = memref.load %[[GBUF]][
+// CHECK: %[[W:.*]] = memref.load %[[WBUF]][
 // CHECK: %[[P:.*]] = arith.mulf %[[G]], %[[W]]
 // CHECK: %[[O:.*]] = affine.apply #{{.*}}(%[[I]], %[[J]])
-// CHECK: memref.atomic_rmw addf %[[P]], %arg2[%[[O]]]
+// CHECK: memref.atomic_rmw addf %[[P]], %[[OUT]][%[[O]]]
 // CHECK-NOT: linalg.generic
 #g = affine_map<(i, j) -> (i)>
 #w = affine_map<(i, j) -> (j)>
@@ -140,11 +144,15 @@ func.func @scatter(%g: memref<6xf32>, %w: memref<3xf32>, %out: memref<8xf32>) {
 // ddpc.scatter_add by autodiff: d_table[idx[i], j] += g[i, j]) becomes one
 // 2-d scf.parallel whose read-modify-write is an atomic add.
 // CHECK-LABEL: func.func @gather_scatter(
-// CHECK: scf.parallel (%[[I:.*]], %[[J:.*]]) = (%c0, %c0) to (%c4, %c3)
+// CHECK-SAME: %{{[a-zA-Z0-9_]+}}: memref<4xi64>, %[[GRAD:[a-zA-Z0-9_]+]]: memref<4x3xf32>, %[[TABLE:[a-zA-Z0-9_]+]]: memref<5x3xf32>)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C3:.*]] = arith.constant 3 : index
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : index
+// CHECK: scf.parallel (%[[I:.*]], %[[J:.*]]) = (%[[C0]], %[[C0]]) to (%[[C4]], %[[C3]])
 // CHECK: %[[R:.*]] = arith.index_cast
-// CHECK: %[[G:.*]] = memref.load %arg1[%[[I]], %[[J]]]
-// CHECK-NOT: memref.load %arg2
-// CHECK: memref.atomic_rmw addf %[[G]], %arg2[%[[R]], %[[J]]]
+// CHECK: %[[G:.*]] = memref.load %[[GRAD]][%[[I]], %[[J]]]
+// CHECK-NOT: memref.load %[[TABLE]]
+// CHECK: memref.atomic_rmw addf %[[G]], %[[TABLE]][%[[R]], %[[J]]]
 // CHECK-NOT: memref.store
 // CHECK: } {ddpc.scatter_add}
 func.func @gather_scatter(%idx: memref<4xi64>, %g: memref<4x3xf32>, %t: memref<5x3xf32>) {
@@ -190,7 +198,8 @@ func.func @scatter_read_elsewhere(%g: memref<4xf32>, %t: memref<4xf32>) {
 // -----
 
 // CHECK-LABEL: func.func @copy(
-// CHECK: linalg.copy ins(%arg0 : memref<4x4xf32>) outs(%arg1 : memref<4x4xf32>)
+// CHECK-SAME: %[[A:[a-zA-Z0-9_]+]]: memref<4x4xf32>, %[[B:[a-zA-Z0-9_]+]]: memref<4x4xf32>)
+// CHECK: linalg.copy ins(%[[A]] : memref<4x4xf32>) outs(%[[B]] : memref<4x4xf32>)
 // CHECK-NOT: memref.copy
 func.func @copy(%a: memref<4x4xf32>, %b: memref<4x4xf32>) {
   memref.copy %a, %b : memref<4x4xf32> to memref<4x4xf32>
@@ -203,10 +212,15 @@ func.func @copy(%a: memref<4x4xf32>, %b: memref<4x4xf32>) {
 // unrelated kernel in between) is absorbed: the fill is erased and the
 // GEMM overwrites (last argument 0, BLAS beta = 0).
 // CHECK-LABEL: func.func @zero_filled(
+// CHECK-SAME: %[[X:[a-zA-Z0-9_]+]]: memref<4x8xf32>
 // CHECK-NOT: linalg.fill
 // CHECK: linalg.generic
 // CHECK-NOT: linalg.fill
-// CHECK: call @ddpc_gemm_f32({{.*}}, %c0_i32{{[_0-9]*}})
+// CHECK: memref.extract_aligned_pointer_as_index %[[X]] :
+// CHECK-NOT: linalg.fill
+// CHECK: %[[BETA:.*]] = arith.constant 0 : i32
+// CHECK-NOT: linalg.fill
+// CHECK: call @ddpc_gemm_f32({{.*}}, %[[BETA]])
 #za = affine_map<(m, n, k) -> (m, k)>
 #zb = affine_map<(m, n, k) -> (n, k)>
 #zc = affine_map<(m, n, k) -> (m, n)>
@@ -237,10 +251,15 @@ func.func @zero_filled(%x: memref<4x8xf32>, %w: memref<3x8xf32>, %other: memref<
 // overlapping view of the same arena (bytes 32..48 of the output's 0..48),
 // and a fill of 1 is not a zero fill. Both GEMMs accumulate.
 // CHECK-LABEL: func.func @not_zero_filled(
+// CHECK-SAME: %[[X:[a-zA-Z0-9_]+]]: memref<4x8xf32>
 // CHECK: linalg.fill
-// CHECK: call @ddpc_gemm_f32({{.*}}, %c1_i32{{[_0-9]*}})
+// CHECK: memref.extract_aligned_pointer_as_index %[[X]] :
+// CHECK: %[[BETA1:.*]] = arith.constant 1 : i32
+// CHECK: call @ddpc_gemm_f32({{.*}}, %[[BETA1]])
 // CHECK: linalg.fill
-// CHECK: call @ddpc_gemm_f32({{.*}}, %c1_i32{{[_0-9]*}})
+// CHECK: memref.extract_aligned_pointer_as_index %[[X]] :
+// CHECK: %[[BETA2:.*]] = arith.constant 1 : i32
+// CHECK: call @ddpc_gemm_f32({{.*}}, %[[BETA2]])
 #na = affine_map<(m, n, k) -> (m, k)>
 #nb = affine_map<(m, n, k) -> (n, k)>
 #nc = affine_map<(m, n, k) -> (m, n)>

@@ -204,6 +204,7 @@ func.func @arena(%out: memref<64xf32>) {
 // (index < 20, then < 10 or < 30), not a chain of three.
 
 // CHECK-LABEL: func.func @tree(
+// CHECK-SAME: %[[A:[a-zA-Z0-9_]+]]: memref<10xf32>, %[[B:[a-zA-Z0-9_]+]]: memref<10xf32>, %[[C:[a-zA-Z0-9_]+]]: memref<10xf32>, %[[D:[a-zA-Z0-9_]+]]: memref<10xf32>)
 // CHECK: %[[END:.*]] = arith.constant 40 : index
 // CHECK-NEXT: scf.parallel (%[[I:.*]]) = (%{{.*}}) to (%[[END]])
 // CHECK-NEXT: %[[B20:.*]] = arith.constant 20 : index
@@ -212,16 +213,16 @@ func.func @arena(%out: memref<64xf32>) {
 // CHECK-NEXT: arith.constant 10 : index
 // CHECK-NEXT: arith.cmpi ult, %[[I]]
 // CHECK-NEXT: scf.if
-// CHECK-NEXT: memref.store %{{.*}}, %arg0[%[[I]]]
+// CHECK-NEXT: memref.store %{{.*}}, %[[A]][%[[I]]]
 // CHECK-NEXT: } else {
-// CHECK: memref.store %{{.*}}, %arg1[
+// CHECK: memref.store %{{.*}}, %[[B]][
 // CHECK: } else {
 // CHECK-NEXT: arith.constant 30 : index
 // CHECK-NEXT: arith.cmpi ult, %[[I]]
 // CHECK-NEXT: scf.if
-// CHECK: memref.store %{{.*}}, %arg2[
+// CHECK: memref.store %{{.*}}, %[[C]][
 // CHECK: } else {
-// CHECK: memref.store %{{.*}}, %arg3[
+// CHECK: memref.store %{{.*}}, %[[D]][
 func.func @tree(%a: memref<10xf32>, %b: memref<10xf32>, %c: memref<10xf32>, %d: memref<10xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -256,20 +257,21 @@ func.func @tree(%a: memref<10xf32>, %b: memref<10xf32>, %c: memref<10xf32>, %d: 
 // [256, 512).
 
 // CHECK-LABEL: func.func @past_calls(
+// CHECK-SAME: %{{[a-zA-Z0-9_]+}}: memref<4x4xf32>, %[[B:[a-zA-Z0-9_]+]]: memref<4x4xf32>, %{{[a-zA-Z0-9_]+}}: memref<4x4xf32>, %[[X:[a-zA-Z0-9_]+]]: memref<64xf32>, %[[Y:[a-zA-Z0-9_]+]]: memref<64xf32>, %{{[a-zA-Z0-9_]+}}: i1)
 // CHECK: call @ddpc_gemm_f32
 // CHECK: scf.if
 // CHECK: memref.subview
 // CHECK: %[[END:.*]] = arith.constant 128 : index
 // CHECK-NEXT: scf.parallel (%{{.*}}) = (%{{.*}}) to (%[[END]])
-// CHECK: memref.store %{{.*}}, %arg3[
+// CHECK: memref.store %{{.*}}, %[[X]][
 // CHECK: } else {
-// CHECK: memref.store %{{.*}}, %arg4[
+// CHECK: memref.store %{{.*}}, %[[Y]][
 // CHECK: call @ddpc_gemm_f32
 // CHECK: %[[END2:.*]] = arith.constant 32 : index
 // CHECK-NEXT: scf.parallel (%{{.*}}) = (%{{.*}}) to (%[[END2]])
 // CHECK: call @ddpc_gemm_f32
 // CHECK-NEXT: scf.parallel
-// CHECK-NEXT: memref.store %{{.*}}, %arg1[
+// CHECK-NEXT: memref.store %{{.*}}, %[[B]][
 // CHECK-NOT: scf.parallel
 // CHECK: return
 func.func private @ddpc_gemm_f32(i64, i64, i64, i64, i32, i32, i64, i64, i64, i64, i64, i64, i32)

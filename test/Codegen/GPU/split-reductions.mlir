@@ -6,12 +6,21 @@
 // target); w would overshoot it (401408), so each thread sums its 28 terms
 // over w in order and adds that to db[c] atomically: 896 atomic adds per
 // output, not 25088.
+// The first constant 28 bounds the parallel loop over h, the second the
+// serial loop over w.
 // CHECK-LABEL: func.func @bias_grad(
-// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0) to (%c16, %c32, %c28)
-// CHECK: %[[S:.*]] = scf.for %{{.*}} = %c0 to %c28{{.*}} step %c1 iter_args(
-// CHECK: memref.load %arg0[
+// CHECK-SAME: %[[DY:[a-zA-Z0-9_]+]]: memref<32x16x28x28xf32>, %[[DB:[a-zA-Z0-9_]+]]: memref<16xf32>)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : index
+// CHECK-DAG: %[[C28:.*]] = arith.constant 28 : index
+// CHECK-DAG: %[[W28:.*]] = arith.constant 28 : index
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%[[C0]], %[[C0]], %[[C0]]) to (%[[C16]], %[[C32]], %[[C28]])
+// CHECK: %[[S:.*]] = scf.for %{{.*}} = %[[C0]] to %[[W28]] step %[[C1]] iter_args(
+// CHECK: memref.load %[[DY]][
 // CHECK: scf.yield
-// CHECK: memref.atomic_rmw addf %[[S]], %arg1[
+// CHECK: memref.atomic_rmw addf %[[S]], %[[DB]][
 // CHECK-NOT: linalg.generic
 #in = affine_map<(n, c, h, w) -> (n, c, h, w)>
 #out = affine_map<(n, c, h, w) -> (c)>
@@ -30,13 +39,20 @@ func.func @bias_grad(%dy: memref<32x16x28x28xf32>, %db: memref<16xf32>) {
 // the target (4096 threads would each keep 25088 serial terms), and each
 // thread sums the 196 positions p in order before one atomic add.
 // CHECK-LABEL: func.func @weight_grad(
-// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%c0, %c0, %c0) to (%c64, %c64{{.*}}, %c128)
+// CHECK-SAME: %{{[a-zA-Z0-9_]+}}: memref<128x196x64xf32>, %{{[a-zA-Z0-9_]+}}: memref<128x196x64xf32>, %[[DW:[a-zA-Z0-9_]+]]: memref<64x64xf32>)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[O64:.*]] = arith.constant 64 : index
+// CHECK-DAG: %[[I64:.*]] = arith.constant 64 : index
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : index
+// CHECK-DAG: %[[C196:.*]] = arith.constant 196 : index
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}, %{{.*}}) = (%[[C0]], %[[C0]], %[[C0]]) to (%[[O64]], %[[I64]], %[[C128]])
 // CHECK: %[[Z:.*]] = arith.constant 0.000000e+00 : f32
-// CHECK: %[[S:.*]] = scf.for %[[P:.*]] = %c0 to %c196 step %c1 iter_args(%[[ACC:.*]] = %[[Z]]) -> (f32)
+// CHECK: %[[S:.*]] = scf.for %[[P:.*]] = %[[C0]] to %[[C196]] step %[[C1]] iter_args(%[[ACC:.*]] = %[[Z]]) -> (f32)
 // CHECK: arith.mulf
 // CHECK: %[[NEXT:.*]] = arith.addf %[[ACC]],
 // CHECK: scf.yield %[[NEXT]] : f32
-// CHECK: memref.atomic_rmw addf %[[S]], %arg2[
+// CHECK: memref.atomic_rmw addf %[[S]], %[[DW]][
 #x = affine_map<(o, i, n, p) -> (n, p, i)>
 #g = affine_map<(o, i, n, p) -> (n, p, o)>
 #w = affine_map<(o, i, n, p) -> (o, i)>
@@ -83,16 +99,25 @@ func.func @short(%x: memref<8x10xf32>, %y: memref<8xf32>) {
 // db[c] = sum dz that reads it. It was left to 64 threads of 8192 serial
 // terms each; now split like @bias_grad (32768 threads, w serial), each
 // thread storing its 16 dz elements and adding their sum atomically.
+// The first constant 16 bounds the parallel loop over h, the second the
+// serial loop over w.
 // CHECK-LABEL: func.func @with_elementwise_output(
-// CHECK: scf.parallel (%[[C:.*]], %[[N:.*]], %[[H:.*]]) = (%c0, %c0, %c0) to (%c64, %c32, %c16)
-// CHECK: %[[SUM:.*]] = scf.for %{{.*}} = %c0 to %c16{{.*}} step %c1 iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32)
-// CHECK: %[[DY:.*]] = memref.load %arg0[
-// CHECK: %[[S:.*]] = memref.load %arg1[
+// CHECK-SAME: %[[DYBUF:[a-zA-Z0-9_]+]]: memref<32x64x16x16xf32>, %[[SBUF:[a-zA-Z0-9_]+]]: memref<64xf32>, %[[DZBUF:[a-zA-Z0-9_]+]]: memref<32x64x16x16xf32>, %[[DBBUF:[a-zA-Z0-9_]+]]: memref<64xf32>)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[C64:.*]] = arith.constant 64 : index
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : index
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK-DAG: %[[W16:.*]] = arith.constant 16 : index
+// CHECK: scf.parallel (%[[C:.*]], %[[N:.*]], %[[H:.*]]) = (%[[C0]], %[[C0]], %[[C0]]) to (%[[C64]], %[[C32]], %[[C16]])
+// CHECK: %[[SUM:.*]] = scf.for %{{.*}} = %[[C0]] to %[[W16]] step %[[C1]] iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32)
+// CHECK: %[[DY:.*]] = memref.load %[[DYBUF]][
+// CHECK: %[[S:.*]] = memref.load %[[SBUF]][
 // CHECK: %[[DZ:.*]] = arith.mulf %[[DY]], %[[S]] : f32
-// CHECK: memref.store %[[DZ]], %arg2[
+// CHECK: memref.store %[[DZ]], %[[DZBUF]][
 // CHECK: %[[NEXT:.*]] = arith.addf %[[ACC]], %[[DZ]] : f32
 // CHECK: scf.yield %[[NEXT]] : f32
-// CHECK: memref.atomic_rmw addf %[[SUM]], %arg3[
+// CHECK: memref.atomic_rmw addf %[[SUM]], %[[DBBUF]][
 // CHECK-NOT: linalg.generic
 #nchw = affine_map<(n, c, h, w) -> (n, c, h, w)>
 #ch = affine_map<(n, c, h, w) -> (c)>
@@ -126,16 +151,29 @@ func.func @two_sums(%dy: memref<32x64x16x16xf32>, %a: memref<64xf32>, %b: memref
 // atomic adds to one float. It is strip-mined instead: the input is
 // expanded to 1 x 4000 x 250, the 4000 join the threads (at most 4096
 // atomic adds per output) and each thread sums its 250 terms in order.
+// Of the two constants 1, the first is the step and the second the bound
+// of the unit dimension.
 // CHECK-LABEL: func.func @one_long_sum(
-// CHECK: %[[X:.*]] = memref.expand_shape %arg0 {{\[}}[0], [1, 2]] output_shape [1, 4000, 250] : memref<1x1000000xf32> into memref<1x4000x250xf32>
-// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%c0, %c0) to (%c1{{.*}}, %c4000)
-// CHECK: %[[S:.*]] = scf.for %{{.*}} = %c0 to %c250 step %c1 iter_args(
+// CHECK-SAME: %[[IN:[a-zA-Z0-9_]+]]: memref<1x1000000xf32>, %[[OUT:[a-zA-Z0-9_]+]]: memref<1xf32>)
+// CHECK: %[[X:.*]] = memref.expand_shape %[[IN]] {{\[}}[0], [1, 2]] output_shape [1, 4000, 250] : memref<1x1000000xf32> into memref<1x4000x250xf32>
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[UNIT:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[C4000:.*]] = arith.constant 4000 : index
+// CHECK-DAG: %[[C250:.*]] = arith.constant 250 : index
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%[[C0]], %[[C0]]) to (%[[UNIT]], %[[C4000]]) step (%[[C1]], %[[C1]])
+// CHECK: %[[S:.*]] = scf.for %{{.*}} = %[[C0]] to %[[C250]] step %[[C1]] iter_args(
 // CHECK: memref.load %[[X]][%{{.*}}, %{{.*}}, %{{.*}}] : memref<1x4000x250xf32>
-// CHECK: memref.atomic_rmw addf %[[S]], %arg1[
+// CHECK: memref.atomic_rmw addf %[[S]], %[[OUT]][
 // A prime extent cannot be strip-mined: moved whole as before.
 // CHECK-LABEL: func.func @prime_sum(
 // CHECK-NOT: expand_shape
-// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%c0, %c0) to (%c1{{.*}}, %c65537)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[UNIT:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[C65537:.*]] = arith.constant 65537 : index
+// CHECK-NOT: expand_shape
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%[[C0]], %[[C0]]) to (%[[UNIT]], %[[C65537]]) step (%[[C1]], %[[C1]])
 #row = affine_map<(p, r) -> (p, r)>
 #rowout = affine_map<(p, r) -> (p)>
 func.func @one_long_sum(%x: memref<1x1000000xf32>, %y: memref<1xf32>) {
