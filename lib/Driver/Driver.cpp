@@ -792,6 +792,11 @@ int compile(const CompileOptions &options, std::string &error,
             "executable, or use --target cpu for in-process use)";
     return kCompileError;
   }
+  if (options.vjp && options.train.enabled) {
+    error = "--vjp and --train are different programs (a gradient check, a "
+            "training program); give one";
+    return kCompileError;
+  }
   if (cuda && options.vjp) {
     error = "--vjp is not supported with --target cuda";
     return kCompileError;

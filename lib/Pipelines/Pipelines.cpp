@@ -162,6 +162,8 @@ void buildNVVMPipeline(OpPassManager &pm, const CUDAPipelineOptions &options) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   for (const std::string &chip : options.chips) {
+    if (chip.empty()) // "chips=sm_80,,sm_90"
+      continue;
     // The oldest PTX ISA LLVM accepts for the chip (Archs.h).
     const CUDAArch *arch = findCUDAArch(chip);
     GpuNVVMAttachTargetOptions attach;
@@ -268,7 +270,8 @@ void registerPipelines() {
     PassPipelineRegistration<BufferizePipelineOptions>(
         "ddpc-bufferize",
         "ddpc bufferization with out-params, deallocation and gradient "
-        "buckets (stage \"bufferized\")",
+        "buckets (stage \"bufferized\" of --target cpu; cuda-emulate adds "
+        "ddpc-gpu-loops, cuda runs ddpc-gpu-kernels after it)",
         [](OpPassManager &pm, const BufferizePipelineOptions &o) {
           CPUPipelineOptions options;
           options.bucketCapMB = o.bucketCapMB;
@@ -292,7 +295,8 @@ void registerPipelines() {
     PassPipelineRegistration<NVVMPipelineOptions>(
         "ddpc-nvvm",
         "ddpc CUDA target: kernels to NVVM and PTX objects, one per chip "
-        "(stage \"nvvm\", without the fatbin assembly)",
+        "(stage \"nvvm\" is this, with libdevice=<cuda>/nvvm/libdevice/"
+        "libdevice.10.bc, then ddpc-gpu-assemble-fatbin)",
         [](OpPassManager &pm, const NVVMPipelineOptions &o) {
           CUDAPipelineOptions options;
           if (!o.chips.empty())
@@ -306,7 +310,9 @@ void registerPipelines() {
         "\"lowered\")",
         [](OpPassManager &pm) { buildCUDAHostLoweringPipeline(pm, {}); });
     PassPipelineRegistration<CPUPipelineRegistrationOptions>(
-        "ddpc-cpu-pipeline", "the whole ddpc CPU pipeline after import",
+        "ddpc-cpu-pipeline",
+        "the whole ddpc CPU pipeline after import (inference) or after the "
+        "training stage (ddpc-build-training-step)",
         [](OpPassManager &pm, const CPUPipelineRegistrationOptions &o) {
           CPUPipelineOptions options;
           options.fuseElementwise = o.fuseElementwise;

@@ -8,6 +8,7 @@
 
 #include "ddpc/Training/Passes.h"
 
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/RuntimeSymbols.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -23,6 +24,68 @@ namespace ddpc {
 #include "ddpc/Training/Passes.h.inc"
 
 namespace {
+
+/// The importer's contract that the step builder relies on, checked so
+/// that hand-written input fails with an error rather than a crash: both
+/// functions have bodies; every argument is a ranked tensor with a
+/// `ddpc.name` and a role among input/param/buffer/rng (rng: tensor<2xi64>,
+/// last); @forward_eval takes @forward_train's arguments but the rng.
+mlir::LogicalResult verifyForwardFunctions(mlir::ModuleOp module,
+                                           mlir::func::FuncOp train,
+                                           mlir::func::FuncOp eval) {
+  auto fail = [&](mlir::func::FuncOp f, const llvm::Twine &what) {
+    f.emitError() << "ddpc-build-training-step: @" << f.getSymName() << " "
+                  << what;
+    return mlir::failure();
+  };
+  for (mlir::func::FuncOp f : {train, eval}) {
+    if (f.isExternal())
+      return fail(f, "is a declaration; it needs a body");
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      auto name = f.getArgAttrOfType<mlir::StringAttr>(i, attrs::kName);
+      if (!name)
+        return fail(f, "argument " + llvm::Twine(i) + " has no ddpc.name");
+      auto type =
+          llvm::dyn_cast<mlir::RankedTensorType>(f.getArgument(i).getType());
+      if (!type)
+        return fail(f, "argument '" + name.getValue() +
+                           "' is not a ranked tensor");
+      auto roleAttr = f.getArgAttrOfType<mlir::StringAttr>(i, attrs::kRole);
+      llvm::StringRef role = roleAttr ? roleAttr.getValue() : "input";
+      if (role != "input" && role != "param" && role != "buffer" &&
+          role != "rng")
+        return fail(f, "argument '" + name.getValue() + "' has ddpc.role '" +
+                           role + "' (input, param, buffer or rng)");
+      if (role == "rng" && !(type.getRank() == 1 && type.getDimSize(0) == 2 &&
+                             type.getElementType().isInteger(64)))
+        return fail(f, "argument '" + name.getValue() +
+                           "' (ddpc.role rng) must be tensor<2xi64>");
+    }
+  }
+  // @forward_eval takes @forward_train's arguments but the rng (Dropout's
+  // seed, inference needs none), which comes last.
+  unsigned n = train.getNumArguments();
+  if (n && train.getArgAttr(n - 1, attrs::kRole) ==
+               mlir::StringAttr::get(train.getContext(), "rng"))
+    --n;
+  for (unsigned i = 0; i < n; ++i)
+    if (train.getArgAttr(i, attrs::kRole) ==
+        mlir::StringAttr::get(train.getContext(), "rng"))
+      return fail(train, "argument " + llvm::Twine(i) +
+                             " has ddpc.role rng; only the last one may");
+  if (eval.getNumArguments() != n)
+    return fail(eval, "must take the " + llvm::Twine(n) + " arguments of @" +
+                          train.getSymName() + " (without its rng)");
+  for (unsigned i = 0; i < n; ++i)
+    if (train.getArgument(i).getType() != eval.getArgument(i).getType() ||
+        train.getArgAttr(i, attrs::kName) != eval.getArgAttr(i, attrs::kName) ||
+        train.getArgAttr(i, attrs::kRole) != eval.getArgAttr(i, attrs::kRole))
+      return fail(eval, "argument " + llvm::Twine(i) + " differs from @" +
+                            train.getSymName() +
+                            "'s in type, ddpc.name or ddpc.role");
+  (void)module;
+  return mlir::success();
+}
 
 struct BuildTrainingStepPass
     : impl::BuildTrainingStepPassBase<BuildTrainingStepPass> {
@@ -41,6 +104,8 @@ struct BuildTrainingStepPass
                          << " (ddpc compile --train imports both)";
       return signalPassFailure();
     }
+    if (failed(verifyForwardFunctions(module, fwdTrain, fwdEval)))
+      return signalPassFailure();
     TrainOptions options;
     options.enabled = true;
     options.loss = loss;
@@ -78,6 +143,34 @@ struct MakeVJPPass : impl::MakeVJPPassBase<MakeVJPPass> {
       module.emitError() << "ddpc-make-vjp needs @" << kMainGraphFunc;
       return signalPassFailure();
     }
+    if (f.isExternal()) {
+      f.emitError("ddpc-make-vjp: @main_graph is a declaration; it needs a "
+                  "body");
+      return signalPassFailure();
+    }
+    // The importer's contract: every argument and result a ranked tensor
+    // with ddpc.name and ddpc.dtype (the VJP's new ones are named d_<name>).
+    auto check = [&](mlir::Type type, mlir::DictionaryAttr attrs,
+                     const llvm::Twine &what) {
+      if (!llvm::isa<mlir::RankedTensorType>(type) || !attrs ||
+          !llvm::isa_and_nonnull<mlir::StringAttr>(attrs.get(attrs::kName)) ||
+          !llvm::isa_and_nonnull<mlir::IntegerAttr>(attrs.get(attrs::kDType))) {
+        f.emitError() << "ddpc-make-vjp: " << what
+                      << " of @main_graph needs a ranked tensor type, "
+                         "ddpc.name and ddpc.dtype";
+        return false;
+      }
+      return true;
+    };
+    auto fty = f.getFunctionType();
+    for (unsigned i = 0; i < fty.getNumInputs(); ++i)
+      if (!check(fty.getInput(i), f.getArgAttrDict(i),
+                 "argument " + llvm::Twine(i)))
+        return signalPassFailure();
+    for (unsigned i = 0; i < fty.getNumResults(); ++i)
+      if (!check(fty.getResult(i), f.getResultAttrDict(i),
+                 "result " + llvm::Twine(i)))
+        return signalPassFailure();
     std::string error;
     if (failed(makeVJPFunction(f, error))) {
       module.emitError(error);

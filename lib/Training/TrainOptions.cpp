@@ -9,6 +9,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace ddpc {
@@ -30,6 +31,14 @@ std::string TrainOptions::validate() const {
   if (optimizer != "sgd" && optimizer != "adamw")
     return "--optimizer (TrainConfig.optimizer) must be sgd or adamw, got '" +
            optimizer + "'";
+  // Options of the other optimizer: torch.optim refuses them (TypeError);
+  // taking them silently would train something other than what was asked.
+  if (optimizer == "adamw" && (momentum != 0 || dampening != 0 || nesterov))
+    return "--momentum, --dampening and --nesterov (TrainConfig.momentum, "
+           "dampening, nesterov) apply to --optimizer sgd only";
+  if (optimizer == "sgd" && (beta1 != 0.9 || beta2 != 0.999 || eps != 1e-8))
+    return "--betas and --eps (TrainConfig.betas, eps) apply to --optimizer "
+           "adamw only";
   if (!(finite32(lr) && lr >= 0))
     return bad("--lr", "lr", lr, "a finite float32 >= 0");
   if (!(finite32(momentum) && momentum >= 0))
@@ -47,9 +56,10 @@ std::string TrainOptions::validate() const {
   for (double beta : {beta1, beta2})
     if (!(beta >= 0 && beta < 1))
       return bad("--betas", "betas", beta, "in [0, 1)");
-  if (gradAccumSteps < 1)
+  // The program holds it as int32 (TrainABI.h).
+  if (gradAccumSteps < 1 || gradAccumSteps > INT32_MAX)
     return bad("--grad-accum-steps", "grad_accum_steps",
-               static_cast<double>(gradAccumSteps), ">= 1");
+               static_cast<double>(gradAccumSteps), "in [1, 2^31)");
   if (!(std::isfinite(bucketCapMB) && bucketCapMB > 0)) {
     char got[32];
     std::snprintf(got, sizeof(got), "%g", bucketCapMB);

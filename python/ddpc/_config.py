@@ -8,11 +8,13 @@ the other's module for them."""
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 
 from ._native import native, runtime_lib_dir
 
@@ -116,6 +118,14 @@ class TrainConfig:
         # Python's own checks: types and the fields that are not training
         # options of the compiler. The values are checked by the compiler's
         # TrainOptions::validate(), the check ddpc compile runs.
+        def real(v: object) -> bool:  # numpy scalars count, bools do not
+            return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+        def integer(v: object) -> bool:
+            return isinstance(v, numbers.Integral) and not isinstance(
+                v, (bool, np.bool_)
+            )
+
         for field in (
             "lr",
             "momentum",
@@ -125,21 +135,48 @@ class TrainConfig:
             "bucket_cap_mb",
         ):
             v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if not real(v):
                 raise ValueError(f"TrainConfig.{field} must be a number, got {v!r}")
-        if len(self.betas) != 2 or not all(
-            isinstance(b, (int, float)) and not isinstance(b, bool) for b in self.betas
+        for field in ("nesterov", "sync_batchnorm"):
+            v = getattr(self, field)
+            if not isinstance(v, (bool, np.bool_)):
+                raise ValueError(
+                    f"TrainConfig.{field} must be True or False, got {v!r}"
+                )
+        for field in ("loss", "optimizer"):
+            if not isinstance(getattr(self, field), str):
+                raise ValueError(
+                    f"TrainConfig.{field} must be a string, got {getattr(self, field)!r}"
+                )
+        if self.label_input is not None and not isinstance(self.label_input, str):
+            raise ValueError(
+                "TrainConfig.label_input must be a graph input's name, "
+                f"got {self.label_input!r}"
+            )
+        if (
+            not isinstance(self.betas, (tuple, list))
+            or len(self.betas) != 2
+            or not all(real(b) for b in self.betas)
         ):
             raise ValueError(
-                f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}"
+                f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}"
             )
-        if self.batch_size is not None and self.batch_size <= 0:
+        if self.batch_size is not None and not (
+            integer(self.batch_size) and self.batch_size > 0
+        ):
             raise ValueError(
-                f"TrainConfig.batch_size must be > 0, got {self.batch_size}"
+                f"TrainConfig.batch_size must be an integer > 0, got {self.batch_size!r}"
             )
-        if isinstance(self.freeze, str):
+        if not (integer(self.grad_accum_steps) and 1 <= self.grad_accum_steps < 2**31):
             raise ValueError(
-                "TrainConfig.freeze is a list of initializer names, not a string"
+                "TrainConfig.grad_accum_steps must be an integer in [1, 2^31), "
+                f"got {self.grad_accum_steps!r}"
+            )
+        if isinstance(self.freeze, str) or not all(
+            isinstance(n, str) for n in self.freeze
+        ):
+            raise ValueError(
+                f"TrainConfig.freeze is a list of initializer names, got {self.freeze!r}"
             )
         self.freeze = tuple(self.freeze)
         self.betas = (float(self.betas[0]), float(self.betas[1]))

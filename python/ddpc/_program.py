@@ -201,8 +201,9 @@ class Program:
     @property
     def stages(self) -> list[str]:
         """Names of the IR stages, in pipeline order: ``import``, (for
-        training programs ``training``, ``parallel``,) ``fused``,
-        ``lowered``."""
+        training programs ``training``,) ``fused``, ``bufferized`` (CUDA:
+        ``gpu-kernels``, ``nvvm``), ``lowered``: the stages of
+        ``ddpc compile --dump-ir``, each replayable in ``ddpc-opt``."""
         return list(self._stage_order)
 
     def ir(self, stage: str) -> str:

@@ -33,3 +33,22 @@ module {
     return
   }
 }
+
+// -----
+
+// expected-error @+1 {{ddpc-make-vjp: argument 0 of @main_graph needs a ranked tensor type, ddpc.name and ddpc.dtype}}
+func.func @main_graph(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{ddpc-make-vjp: result 0 of @main_graph needs a ranked tensor type, ddpc.name and ddpc.dtype}}
+func.func @main_graph(%x: tensor<4xf32> {ddpc.dtype = 1 : i32, ddpc.name = "x"}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{ddpc-make-vjp: @main_graph is a declaration; it needs a body}}
+func.func private @main_graph(tensor<4xf32> {ddpc.dtype = 1 : i32, ddpc.name = "x"}) -> (tensor<4xf32> {ddpc.dtype = 1 : i32, ddpc.name = "y"})

@@ -637,9 +637,16 @@ def test_clip_without_bounds_maps_infinities_to_the_largest_float(ddpc, tmp_path
             ["--nesterov", "--momentum", "0.9", "--dampening", "0.1"],
             "--nesterov (TrainConfig.nesterov) needs --momentum > 0 and --dampening 0",
         ),
+        # The other optimizer's options: torch.optim raises TypeError.
+        (
+            ["--optimizer", "adamw", "--momentum", "0.9"],
+            "--momentum, --dampening and --nesterov (TrainConfig.momentum, "
+            "dampening, nesterov) apply to --optimizer sgd only",
+        ),
+        (["--betas", "0.8,0.99"], "--betas and --eps (TrainConfig.betas, eps) apply"),
         (
             ["--grad-accum-steps", "0"],
-            "--grad-accum-steps (TrainConfig.grad_accum_steps) must be >= 1, got 0",
+            "--grad-accum-steps (TrainConfig.grad_accum_steps) must be in [1, 2^31), got 0",
         ),
     ],
 )

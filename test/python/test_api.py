@@ -283,6 +283,28 @@ def test_train_config_validates() -> None:
     ):
         with pytest.raises(ValueError, match=field):
             ddpc.TrainConfig(**{field: bad})
+    with pytest.raises(ValueError, match="apply to --optimizer sgd only"):
+        ddpc.TrainConfig(optimizer="adamw", momentum=0.9)
+    with pytest.raises(ValueError, match="apply to --optimizer adamw only"):
+        ddpc.TrainConfig(optimizer="sgd", eps=1e-6)
+    # Types: what would convert silently to something else is refused.
+    for kwargs, field in (
+        (dict(nesterov="false", momentum=0.9), "nesterov"),
+        (dict(sync_batchnorm="no"), "sync_batchnorm"),
+        (dict(batch_size=2.9), "batch_size"),
+        (dict(batch_size=True), "batch_size"),
+        (dict(grad_accum_steps=2.7), "grad_accum_steps"),
+        (dict(grad_accum_steps=True), "grad_accum_steps"),
+        (dict(grad_accum_steps=2**70), "grad_accum_steps"),
+        (dict(freeze=[1]), "freeze"),
+        (dict(loss=None), "loss"),
+        (dict(label_input=5), "label_input"),
+        (dict(betas=None), "betas"),
+    ):
+        with pytest.raises(ValueError, match=field):
+            ddpc.TrainConfig(**kwargs)
+    # numpy scalars are numbers.
+    assert ddpc.TrainConfig(lr=np.float32(0.5), batch_size=np.int64(4)).lr == 0.5
     for cap in (0, -1.0, float("nan"), float("inf"), "5", None, True):
         with pytest.raises(ValueError, match="bucket_cap_mb"):
             ddpc.TrainConfig(bucket_cap_mb=cap)

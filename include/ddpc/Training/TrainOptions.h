@@ -43,7 +43,9 @@ struct TrainOptions {
   double bucketCapMB = 25.0;
 
   /// Checks the values, as torch.optim does plus finiteness (the numbers
-  /// become float32 constants): the loss and optimizer names; lr, momentum,
+  /// become float32 constants): the loss and optimizer names; no SGD
+  /// option (momentum, dampening, nesterov) with AdamW and no AdamW option
+  /// (betas, eps other than their defaults) with SGD; lr, momentum,
   /// weight decay and eps finite float32 >= 0; dampening finite; nesterov
   /// with momentum > 0 and dampening 0; betas in [0, 1); at least one
   /// micro-batch per step; a positive finite bucket cap. Returns "" or one
