@@ -90,6 +90,60 @@ constexpr llvm::StringLiteral kApplyGlue = "ddpc_apply";
 constexpr llvm::StringLiteral kEvalGlue = "ddpc_eval";
 constexpr llvm::StringLiteral kGradNormGlue = "ddpc_grad_norm";
 
+//===----------------------------------------------------------------------===//
+// Glue data: the tables the generated C glue defines (lib/Driver/Glue.cpp)
+// and the runtimes declare (ModelABI.h, TrainABI.h)
+//===----------------------------------------------------------------------===//
+
+/// A table of tensors, one row per tensor: the count (int32_t), and arrays
+/// of names, ONNX dtypes (int32_t), ranks (int32_t), shapes (const int64_t
+/// *) and initial values (const float *). An empty name: the table has no
+/// such array.
+struct GlueTable {
+  llvm::StringLiteral count, names, dtypes, ranks, shapes, init;
+};
+/// Inference programs: the graph's inputs and outputs.
+constexpr GlueTable kGlueInputs{"ddpc_num_inputs",   "ddpc_input_names",
+                                "ddpc_input_dtypes", "ddpc_input_ranks",
+                                "ddpc_input_shapes", ""};
+constexpr GlueTable kGlueOutputs{"ddpc_num_outputs",   "ddpc_output_names",
+                                 "ddpc_output_dtypes", "ddpc_output_ranks",
+                                 "ddpc_output_shapes", ""};
+/// Training programs: trainable parameters and buffers (f32, with initial
+/// values), and the data inputs one micro-batch reads.
+constexpr GlueTable kGlueParams{
+    "ddpc_num_params",  "ddpc_param_names",  "",
+    "ddpc_param_ranks", "ddpc_param_shapes", "ddpc_param_init"};
+constexpr GlueTable kGlueBuffers{
+    "ddpc_num_buffers",  "ddpc_buffer_names",  "",
+    "ddpc_buffer_ranks", "ddpc_buffer_shapes", "ddpc_buffer_init"};
+constexpr GlueTable kGlueData{"ddpc_num_data_inputs", "ddpc_data_names",
+                              "ddpc_data_dtypes",     "ddpc_data_ranks",
+                              "ddpc_data_shapes",     ""};
+/// The model's name (const char *), both kinds of program.
+constexpr llvm::StringLiteral kGlueModelName = "ddpc_model_name";
+/// Every program: the initial parameters and buffers, one blob laid out as
+/// the state tables say (unsigned char[], 64-byte aligned).
+constexpr llvm::StringLiteral kGlueStateBlob = "ddpc_state_blob";
+/// Training programs: the ONNX model without trained initializers
+/// (unsigned char[], int64_t bytes), the optimizer (state slots per
+/// parameter, int32_t; description, const char *), the compiled defaults
+/// (learning rate, float; per-rank batch, int64_t; micro-batches per step,
+/// int32_t) and the labels (dtype, rank, shape; classification flag and
+/// class count).
+constexpr llvm::StringLiteral kGlueOnnxModel = "ddpc_onnx_model";
+constexpr llvm::StringLiteral kGlueOnnxModelSize = "ddpc_onnx_model_size";
+constexpr llvm::StringLiteral kGlueOptSlots = "ddpc_opt_slots";
+constexpr llvm::StringLiteral kGlueOptimizerDesc = "ddpc_optimizer_desc";
+constexpr llvm::StringLiteral kGlueDefaultLR = "ddpc_default_lr";
+constexpr llvm::StringLiteral kGlueBatchSize = "ddpc_batch_size";
+constexpr llvm::StringLiteral kGlueGradAccumSteps = "ddpc_grad_accum_steps";
+constexpr llvm::StringLiteral kGlueLabelDType = "ddpc_label_dtype";
+constexpr llvm::StringLiteral kGlueLabelRank = "ddpc_label_rank";
+constexpr llvm::StringLiteral kGlueLabelShape = "ddpc_label_shape";
+constexpr llvm::StringLiteral kGlueIsClassification = "ddpc_is_classification";
+constexpr llvm::StringLiteral kGlueNumClasses = "ddpc_num_classes";
+
 /// The 1-D device grid of all ranks that collectives reduce over
 /// (`shard.grid`, size = world size, dynamic).
 constexpr llvm::StringLiteral kWorldGrid = "ddpc_world";

@@ -29,12 +29,6 @@ namespace ddpc {
 mlir::LogicalResult makeVJPFunction(mlir::func::FuncOp func,
                                     std::string &error);
 
-} // namespace ddpc
-
-#endif // DDPC_TRAINING_TRAININGSTEP_H
-
-namespace ddpc {
-
 /// What the training functions look like, for the driver's glue and report.
 struct TrainingProgramInfo {
   struct State {
@@ -85,3 +79,5 @@ buildTrainingFunctions(mlir::ModuleOp module, mlir::func::FuncOp fwdTrain,
                        TrainingProgramInfo &info, std::string &error);
 
 } // namespace ddpc
+
+#endif // DDPC_TRAINING_TRAININGSTEP_H

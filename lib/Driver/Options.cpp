@@ -1,0 +1,129 @@
+//===- Options.cpp - Checks of compile() options that need no model -------===//
+//
+// Part of ddpc. Each check fails with one line naming the option at fault,
+// before the (long) compile starts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "DriverInternal.h"
+
+#include "ddpc/Support/OutputFile.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace ddpc {
+namespace driver {
+
+bool checkOutputOptions(const CompileOptions &options, std::string &error) {
+  if (options.target != "cpu" && options.target != "cuda" &&
+      options.target != "cuda-emulate") {
+    error = "unknown --target '" + options.target +
+            "' (supported: cpu, cuda, cuda-emulate)";
+    return false;
+  }
+  if (options.outputPath.empty()) {
+    error = "no output file: pass -o FILE";
+    return false;
+  }
+  if (!checkCPUTargetOptions(options.cpu, error))
+    return false;
+  bool textOutput =
+      options.emit == EmitKind::MLIR || options.emit == EmitKind::LoweredMLIR ||
+      options.emit == EmitKind::LLVMIR || options.emit == EmitKind::PTX;
+  if (options.outputPath == "-" && !textOutput) {
+    error = "-o - (stdout) works only with --emit=mlir, lowered-mlir, llvm "
+            "or ptx";
+    return false;
+  }
+  if (options.outputPath == "-")
+    return true;
+  // Fail before the (long) compile when the output folder is missing.
+  llvm::SmallString<256> dir(options.outputPath);
+  llvm::sys::path::remove_filename(dir);
+  if (!dir.empty() && !llvm::sys::fs::is_directory(dir)) {
+    error =
+        "cannot write '" + options.outputPath + "': '" + std::string(dir) +
+        (llvm::sys::fs::exists(dir) ? "' is not a folder" : "' does not exist");
+    return false;
+  }
+  if (llvm::sys::fs::is_directory(options.outputPath)) {
+    error = "-o '" + options.outputPath +
+            "' is a folder; give the output a file name (e.g. -o " +
+            options.outputPath + "/prog)";
+    return false;
+  }
+  // The temporary goes beside the output (or its symlink's target).
+  runtime::OutputTarget target = runtime::resolveOutput(options.outputPath);
+  llvm::SmallString<256> tmpDir(target.temporary());
+  llvm::sys::path::remove_filename(tmpDir);
+  if (tmpDir.empty())
+    tmpDir = ".";
+  if (::access(tmpDir.c_str(), W_OK) != 0) {
+    error = "cannot write '" + options.outputPath + "': folder '" +
+            std::string(tmpDir) + "' is not writable (" + std::strerror(errno) +
+            ")";
+    return false;
+  }
+  return true;
+}
+
+bool readModel(const CompileOptions &options, const std::string &modelBytes,
+               std::string &bytes, ImportOptions &import, std::string &error) {
+  bytes = modelBytes;
+  if (!bytes.empty())
+    return true;
+  auto buf = llvm::MemoryBuffer::getFile(options.inputPath, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf) {
+    error =
+        "cannot read '" + options.inputPath + "': " + buf.getError().message();
+    return false;
+  }
+  bytes = (*buf)->getBuffer().str();
+  if (import.modelDir.empty()) {
+    llvm::SmallString<256> dir(options.inputPath);
+    llvm::sys::path::remove_filename(dir);
+    if (dir.empty())
+      dir = ".";
+    import.modelDir = std::string(dir);
+  }
+  return true;
+}
+
+bool checkProgramOptions(const CompileOptions &options, std::string &error) {
+  const bool cuda = options.target == "cuda";
+  if (!cuda && options.emit == EmitKind::PTX) {
+    error = "--emit=ptx needs --target cuda";
+    return false;
+  }
+  if (cuda && options.emit == EmitKind::SharedLibrary) {
+    error = "--emit=shared is not supported with --target cuda (build an "
+            "executable, or use --target cpu for in-process use)";
+    return false;
+  }
+  if (options.vjp && options.train.enabled) {
+    error = "--vjp and --train are different programs (a gradient check, a "
+            "training program); give one";
+    return false;
+  }
+  if (cuda && options.vjp) {
+    error = "--vjp is not supported with --target cuda";
+    return false;
+  }
+  if (options.train.enabled) {
+    error = options.train.validate();
+    if (!error.empty())
+      return false;
+  }
+  return true;
+}
+
+} // namespace driver
+} // namespace ddpc
