@@ -24,6 +24,7 @@
 #include "ddpc/Runtime/Npy.h"
 
 #include "ddpc/Runtime/OnnxWriter.h"
+#include "ddpc/Runtime/ProgramOptions.h"
 #include "ddpc/Runtime/Sampler.h"
 #include "ddpc/Runtime/TrainABI.h"
 #include <sys/stat.h>
@@ -162,65 +163,26 @@ std::string dataInputList() {
   return s;
 }
 
+/// Replaces every `key` in `text` by `value`.
+std::string fill(std::string text, const std::string &key,
+                 const std::string &value) {
+  for (size_t at = text.find(key); at != std::string::npos;
+       at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+
 void printUsage(const char *prog) {
+  char lr[32];
+  std::snprintf(lr, sizeof(lr), "%g", static_cast<double>(ddpc_default_lr));
+  std::string options = fill(fill(formatOptionHelp(trainProgramOptions(), 22),
+                                  "{inputs}", dataInputList()),
+                             "{lr}", lr);
   std::printf(
       "usage: %s --data X.npy --labels Y.npy --epochs E [options]\n\n"
       "Trains the compiled model '%s' (optimizer: %s). Run it plain for one "
       "process or\nunder `mpirun -np N` for data-parallel training.\n\n"
-      "  --data X.npy            samples [N, ...] (the model input's dtype: "
-      "float32,\n"
-      "                          or int64/int32 token ids). A model with "
-      "several data\n"
-      "                          inputs takes one --data per input, in "
-      "input order,\n"
-      "                          or --data NAME=X.npy by input name (this "
-      "one: %s);\n"
-      "                          they are sharded together, row by row\n"
-      "  --labels Y.npy          labels [N, ...] (int64/int32/uint8 class ids "
-      "or float)\n"
-      "  --epochs E              number of passes over the data\n"
-      "  --val-data X.npy        validation samples (with --val-labels, as "
-      "--data);\n"
-      "                          evaluated\n"
-      "  --val-labels Y.npy      after every epoch\n"
-      "  --shuffle-seed S        sampler seed (default 0); epoch e uses seed "
-      "S+e\n"
-      "  --no-shuffle            visit samples in file order\n"
-      "  --sample-assignment A   contiguous (default: rank r takes the r-th "
-      "slice of\n"
-      "                          each global batch) or strided (rows r, "
-      "r + world, ...,\n"
-      "                          as torch's DistributedSampler deals them)\n"
-      "  --buffer-sync S         BatchNorm running statistics after each "
-      "step: average\n"
-      "                          (default: their mean over ranks) or "
-      "broadcast (rank\n"
-      "                          0's, as DDP's broadcast_buffers)\n"
-      "  --lr LR                 learning rate (default %g)\n"
-      "  --save FILE.onnx        write the trained model at the end (rank 0)\n"
-      "  --checkpoint FILE       write a checkpoint every --checkpoint-every "
-      "steps and\n"
-      "  --checkpoint-every N    at the end\n"
-      "  --resume FILE           continue from a checkpoint\n"
-      "  --stop-after-steps N    stop once N optimizer steps (counted from the "
-      "start\n"
-      "                          of training, across resumes) are done\n"
-      "  --log-json FILE         append one JSON object per optimizer step "
-      "(rank 0)\n"
-      "  --nan-policy P          a non-finite loss (any rank) or gradient "
-      "norm: stop\n"
-      "                          (default: end the run, nothing written), "
-      "skip (drop\n"
-      "                          the step on every rank) or ignore (apply "
-      "it); no\n"
-      "                          checkpoint or --save is ever written "
-      "with non-finite\n"
-      "                          weights\n"
-      "  --timeout SECONDS       abort when a collective takes longer "
-      "(default 30)\n"
-      "  --quiet                 no banner or progress lines (epoch lines "
-      "stay)\n"
-      "  --help                  print this message\n\n"
+      "%s\n"
       "Per-rank batch %lld, %d micro-batch(es) per optimizer step; the global "
       "batch is\n%lld x world size. Gradients are summed over ranks in "
       "buckets that start\nduring the backward pass of the last "
@@ -229,120 +191,70 @@ void printUsage(const char *prog) {
       "global batch, as DistributedDataParallel. Exit status: 0 on success, "
       "1 on\nany error.\n",
       prog, ddpc_model_name ? ddpc_model_name : "",
-      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", dataInputList().c_str(),
-      static_cast<double>(ddpc_default_lr),
+      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", options.c_str(),
       static_cast<long long>(ddpc_batch_size), ddpc_grad_accum_steps,
       static_cast<long long>(ddpc_batch_size));
 }
 
-bool matchOption(const char *opt, int argc, char **argv, int &i,
-                 std::string &value) {
-  size_t len = std::strlen(opt);
-  const char *arg = argv[i];
-  if (std::strncmp(arg, opt, len) != 0)
-    return false;
-  if (arg[len] == '=') {
-    value = arg + len + 1;
-    return true;
-  }
-  if (arg[len] != '\0')
-    return false;
-  if (i + 1 >= argc)
-    fatalError(std::string("option ") + opt + " needs a value");
-  value = argv[++i];
-  return true;
-}
-
-int64_t parseInt(const char *opt, const std::string &v, int64_t min) {
-  char *end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || x < min)
-    fatalError(std::string("invalid value '") + v + "' for " + opt +
-               " (an integer >= " + std::to_string(min) + ")");
-  return x;
-}
-
-/// A finite decimal number (`1e-3`, `.5`); strtod's other forms (hex,
-/// leading blanks, inf, nan) are refused, as Python's argparse and
-/// PyTorch's optimizers would not take them either.
-double parseDouble(const char *opt, const std::string &v) {
-  char *end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(x) ||
-      v.find_first_not_of("0123456789.eE+-") != std::string::npos)
-    fatalError(std::string("invalid value '") + v + "' for " + opt +
-               " (a finite decimal number, e.g. 0.01)");
-  return x;
-}
-
+/// Options from the command line (trainProgramOptions), in command-line
+/// order, so that the first error on the line is the one reported.
 Options parseOptions(int argc, char **argv) {
+  const std::vector<OptionSpec> &table = trainProgramOptions();
+  ParseResult parsed = parseProgramOptions(table, ParserSettings{}, argc, argv);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string v;
-    const char *a = argv[i];
-    if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h"))
+  for (const ParsedArg &arg : parsed.args) {
+    const std::string name = table[arg.spec].name;
+    const std::string &v = arg.value;
+    if (name == "--help")
       o.help = true;
-    else if (!std::strcmp(a, "--quiet"))
+    else if (name == "--quiet")
       o.quiet = true;
-    else if (!std::strcmp(a, "--no-shuffle"))
+    else if (name == "--no-shuffle")
       o.shuffle = false, o.shuffleGiven = true;
-    else if (matchOption("--data", argc, argv, i, v))
+    else if (name == "--data")
       o.data.push_back(v);
-    else if (matchOption("--labels", argc, argv, i, v))
+    else if (name == "--labels")
       o.labels = v;
-    else if (matchOption("--val-data", argc, argv, i, v))
+    else if (name == "--val-data")
       o.valData.push_back(v);
-    else if (matchOption("--val-labels", argc, argv, i, v))
+    else if (name == "--val-labels")
       o.valLabels = v;
-    else if (matchOption("--epochs", argc, argv, i, v))
-      o.epochs = parseInt("--epochs", v, 0);
-    else if (matchOption("--shuffle-seed", argc, argv, i, v))
-      o.seed = static_cast<uint64_t>(parseInt("--shuffle-seed", v, 0)),
-      o.seedGiven = true;
-    else if (matchOption("--lr", argc, argv, i, v)) {
-      o.lr = static_cast<float>(parseDouble("--lr", v)), o.lrGiven = true;
+    else if (name == "--epochs")
+      o.epochs = arg.intValue;
+    else if (name == "--shuffle-seed")
+      o.seed = static_cast<uint64_t>(arg.intValue), o.seedGiven = true;
+    else if (name == "--lr") {
+      o.lr = static_cast<float>(arg.doubleValue), o.lrGiven = true;
       if (!(std::isfinite(o.lr) && o.lr >= 0))
         fatalError("--lr must be a finite number >= 0, got '" + v + "'");
-    } else if (matchOption("--save", argc, argv, i, v))
+    } else if (name == "--save")
       o.save = v;
-    else if (matchOption("--checkpoint-every", argc, argv, i, v))
-      o.checkpointEvery = parseInt("--checkpoint-every", v, 1);
-    else if (matchOption("--checkpoint", argc, argv, i, v))
+    else if (name == "--checkpoint-every")
+      o.checkpointEvery = arg.intValue;
+    else if (name == "--checkpoint")
       o.checkpoint = v;
-    else if (matchOption("--resume", argc, argv, i, v))
+    else if (name == "--resume")
       o.resume = v;
-    else if (matchOption("--stop-after-steps", argc, argv, i, v))
-      o.stopAfter = parseInt("--stop-after-steps", v, 0);
-    else if (matchOption("--log-json", argc, argv, i, v))
+    else if (name == "--stop-after-steps")
+      o.stopAfter = arg.intValue;
+    else if (name == "--log-json")
       o.logJson = v;
-    else if (matchOption("--nan-policy", argc, argv, i, v)) {
-      if (v == "stop")
-        o.nanPolicy = Options::NanPolicy::Stop;
-      else if (v == "skip")
-        o.nanPolicy = Options::NanPolicy::Skip;
-      else if (v == "ignore")
-        o.nanPolicy = Options::NanPolicy::Ignore;
-      else
-        fatalError("invalid value '" + v +
-                   "' for --nan-policy (stop, skip or ignore)");
-    } else if (matchOption("--sample-assignment", argc, argv, i, v)) {
-      if (v != "contiguous" && v != "strided")
-        fatalError("invalid value '" + v +
-                   "' for --sample-assignment (contiguous or strided)");
+    else if (name == "--nan-policy")
+      o.nanPolicy = v == "skip"     ? Options::NanPolicy::Skip
+                    : v == "ignore" ? Options::NanPolicy::Ignore
+                                    : Options::NanPolicy::Stop;
+    else if (name == "--sample-assignment")
       o.strided = v == "strided", o.stridedGiven = true;
-    } else if (matchOption("--buffer-sync", argc, argv, i, v)) {
-      if (v != "average" && v != "broadcast")
-        fatalError("invalid value '" + v +
-                   "' for --buffer-sync (average or broadcast)");
+    else if (name == "--buffer-sync")
       o.broadcastBuffers = v == "broadcast", o.bufferSyncGiven = true;
-    } else if (matchOption("--timeout", argc, argv, i, v)) {
-      o.timeout = parseDouble("--timeout", v);
+    else if (name == "--timeout") {
+      o.timeout = arg.doubleValue;
       if (o.timeout <= 0)
         fatalError("--timeout must be positive");
-    } else
-      fatalError(std::string("unknown argument '") + a + "' (see --help)");
+    }
   }
+  if (!parsed.error.empty())
+    fatalError(parsed.error);
   if (o.help)
     return o;
   if (o.data.empty() || o.labels.empty())
