@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Driver/Driver.h"
+#include "ddpc/Runtime/ProgramOptions.h"
 #include "ddpc/Target/CUDA/FatBinary.h"
 
 #include <nanobind/nanobind.h>
@@ -153,6 +154,19 @@ NB_MODULE(_ddpc, m) {
       .def("validate", &ddpc::TrainOptions::validate,
            "'' or the one-line error of TrainOptions::validate().");
 
+  m.def(
+      "train_program_options",
+      [] {
+        std::vector<std::tuple<std::string, std::string, std::string>> out;
+        for (const ddpc::runtime::OptionSpec &spec :
+             ddpc::runtime::trainProgramOptions())
+          out.emplace_back(spec.name, ddpc::runtime::optionKindName(spec.kind),
+                           spec.help);
+        return out;
+      },
+      "The training programs' options (the table their --help prints), in "
+      "--help order: (name, kind, help) with kind 'flag', 'int', 'double', "
+      "'string' or 'list'.");
   m.def("supported_ops", &ddpc::supportedONNXOpTypes,
         "The ONNX op types (default domain) the importer registers, sorted.");
   m.def("compile", &compileModel, "output_path"_a, "emit"_a,

@@ -9,6 +9,7 @@
 #include "ddpc/Runtime/Memory.h"
 #include "ddpc/Runtime/ModelABI.h"
 #include "ddpc/Runtime/Npy.h"
+#include "ddpc/Runtime/ProgramOptions.h"
 
 #include <algorithm>
 #include <chrono>
@@ -83,28 +84,65 @@ int error(const std::string &msg) {
   return 1;
 }
 
+/// The command line (ProgramOptions.h); table order is --help order.
+const std::vector<OptionSpec> &inferenceOptions() {
+  using K = OptionKind;
+  static const std::vector<OptionSpec> table = {
+      {"--input",
+       K::List,
+       "NAME=FILE",
+       "read graph input NAME from the .npy file FILE",
+       0,
+       {},
+       nullptr,
+       false,
+       false,
+       "--input needs NAME=FILE.npy"},
+      {"FILE", K::Positional, "",
+       "positional .npy files fill the inputs in graph-input order\n"
+       "(the k-th positional file is input #k)"},
+      {"--output-dir",
+       K::String,
+       "DIR",
+       "where outputs are written (default: .; created if missing)",
+       0,
+       {},
+       nullptr,
+       true,
+       false,
+       "--output-dir needs a directory",
+       "--output-dir needs a directory"},
+      {"--time",
+       K::Int,
+       "N",
+       "run the model N extra times and print the median time per\n"
+       "run in milliseconds to stderr",
+       0,
+       {},
+       nullptr,
+       false,
+       false,
+       "--time needs a non-negative integer",
+       "--time needs a non-negative integer"},
+      {"--help", K::Flag, "", "print this message", 0, {}, "-h", false, true},
+  };
+  return table;
+}
+
 void printUsage(const char *prog, const std::vector<TensorSpec> &inputs,
                 const std::vector<TensorSpec> &outputs) {
   std::printf(
       "usage: %s [--input NAME=FILE.npy ...] [FILE.npy ...] "
       "[--output-dir DIR] [--time N] [--help]\n\n"
       "Runs the compiled model '%s' once.\n\n"
-      "  --input NAME=FILE   read graph input NAME from the .npy file FILE\n"
-      "  FILE                positional .npy files fill the inputs in graph-"
-      "input order\n"
-      "                      (the k-th positional file is input #k)\n"
-      "  --output-dir DIR    where outputs are written (default: .; created "
-      "if missing)\n"
-      "  --time N            run the model N extra times and print the median "
-      "time per\n"
-      "                      run in milliseconds to stderr\n"
-      "  --help              print this message\n\n"
+      "%s\n"
       "Every input must be given exactly once with the exact dtype and shape "
       "below\n(little-endian, C order; bfloat16 as raw uint16 bits). Output "
       "NAME is written to\nDIR/<NAME'>.npy, where NAME' is NAME with every "
       "character outside [A-Za-z0-9._-]\nreplaced by '_'. Exit status: 0 on "
       "success, 1 on any error.\n",
-      prog, ddpc_model_name ? ddpc_model_name : "");
+      prog, ddpc_model_name ? ddpc_model_name : "",
+      formatOptionHelp(inferenceOptions(), 18).c_str());
   std::printf("\ninputs:\n");
   if (inputs.empty())
     std::printf("  (none)\n");
@@ -118,28 +156,6 @@ void printUsage(const char *prog, const std::vector<TensorSpec> &inputs,
     std::printf("  #%zu %s: %s -> %s.npy\n", i, outputs[i].name.c_str(),
                 outputs[i].describe().c_str(),
                 sanitize(outputs[i].name).c_str());
-}
-
-/// Splits "--opt=value" or "--opt value"; returns false if `arg` is not
-/// `opt`. Sets `missing` when the value is absent.
-bool matchOption(const char *opt, int argc, char **argv, int &i,
-                 std::string &value, bool &missing) {
-  size_t len = std::strlen(opt);
-  const char *arg = argv[i];
-  if (std::strncmp(arg, opt, len) != 0)
-    return false;
-  if (arg[len] == '=') {
-    value = arg + len + 1;
-    return true;
-  }
-  if (arg[len] != '\0')
-    return false;
-  if (i + 1 >= argc) {
-    missing = true;
-    return true;
-  }
-  value = argv[++i];
-  return true;
 }
 
 int run(int argc, char **argv) {
@@ -156,24 +172,29 @@ int run(int argc, char **argv) {
   std::string outputDir = ".";
   long timeRuns = 0;
   size_t nextPositional = 0;
-  bool endOfOptions = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    bool missing = false;
-    if (!endOfOptions && (arg == "--help" || arg == "-h")) {
+  const std::vector<OptionSpec> &table = inferenceOptions();
+  ParserSettings settings;
+  settings.unknownWhat = "unknown option";
+  settings.doubleDashEndsOptions = true;
+  ParseResult parsed = parseProgramOptions(table, settings, argc, argv);
+  for (const ParsedArg &parg : parsed.args) {
+    const std::string option = table[parg.spec].name;
+    const std::string &value = parg.value;
+    if (option == "--help") {
       printUsage(prog, inputs, outputs);
       return 0;
     }
-    if (!endOfOptions && arg == "--") {
-      endOfOptions = true;
+    if (option == "--output-dir") {
+      outputDir = value;
+      continue;
+    }
+    if (option == "--time") {
+      timeRuns = static_cast<long>(parg.intValue);
       continue;
     }
     size_t index = inputs.size();
     std::string file;
-    if (!endOfOptions &&
-        matchOption("--input", argc, argv, i, value, missing)) {
-      if (missing)
-        return error("--input needs NAME=FILE.npy");
+    if (option == "--input") {
       size_t eq = value.rfind('=');
       if (eq == std::string::npos)
         return error("--input expects NAME=FILE.npy, got '" + value + "'");
@@ -208,26 +229,11 @@ int run(int argc, char **argv) {
       }
       if (file.empty())
         return error("--input " + value + ": empty file name");
-    } else if (!endOfOptions &&
-               matchOption("--output-dir", argc, argv, i, value, missing)) {
-      if (missing || value.empty())
-        return error("--output-dir needs a directory");
-      outputDir = value;
-      continue;
-    } else if (!endOfOptions &&
-               matchOption("--time", argc, argv, i, value, missing)) {
-      char *end = nullptr;
-      timeRuns = missing ? -1 : std::strtol(value.c_str(), &end, 10);
-      if (missing || value.empty() || *end != '\0' || timeRuns < 0)
-        return error("--time needs a non-negative integer");
-      continue;
-    } else if (!endOfOptions && arg.size() > 1 && arg[0] == '-') {
-      return error("unknown option '" + arg + "' (see --help)");
     } else {
-      file = arg;
+      file = value;
       index = nextPositional++;
       if (index >= inputs.size())
-        return error("too many positional inputs: '" + arg +
+        return error("too many positional inputs: '" + value +
                      "' would be input #" + std::to_string(index) +
                      " but the model has " + std::to_string(inputs.size()));
     }
@@ -237,6 +243,8 @@ int run(int argc, char **argv) {
                    "' and '" + file + "'");
     files[index] = file;
   }
+  if (!parsed.error.empty())
+    return error(parsed.error);
   for (size_t k = 0; k < inputs.size(); ++k)
     if (files[k].empty())
       return error("missing input '" + inputs[k].name + "' (#" +

@@ -24,6 +24,7 @@
 #include "ddpc/Runtime/Npy.h"
 
 #include "ddpc/Runtime/OnnxWriter.h"
+#include "ddpc/Runtime/ProgramOptions.h"
 #include "ddpc/Runtime/Sampler.h"
 #include "ddpc/Runtime/TrainABI.h"
 #include <sys/stat.h>
@@ -69,6 +70,12 @@ public:
   Aligned(Aligned &&other) noexcept
       : ptr(other.ptr), size(other.size), where(other.where) {
     other.ptr = nullptr;
+  }
+  Aligned &operator=(Aligned &&other) noexcept {
+    std::swap(ptr, other.ptr);
+    std::swap(size, other.size);
+    std::swap(where, other.where);
+    return *this;
   }
   Aligned(const Aligned &) = delete;
   Aligned &operator=(const Aligned &) = delete;
@@ -162,65 +169,26 @@ std::string dataInputList() {
   return s;
 }
 
+/// Replaces every `key` in `text` by `value`.
+std::string fill(std::string text, const std::string &key,
+                 const std::string &value) {
+  for (size_t at = text.find(key); at != std::string::npos;
+       at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+
 void printUsage(const char *prog) {
+  char lr[32];
+  std::snprintf(lr, sizeof(lr), "%g", static_cast<double>(ddpc_default_lr));
+  std::string options = fill(fill(formatOptionHelp(trainProgramOptions(), 22),
+                                  "{inputs}", dataInputList()),
+                             "{lr}", lr);
   std::printf(
       "usage: %s --data X.npy --labels Y.npy --epochs E [options]\n\n"
       "Trains the compiled model '%s' (optimizer: %s). Run it plain for one "
       "process or\nunder `mpirun -np N` for data-parallel training.\n\n"
-      "  --data X.npy            samples [N, ...] (the model input's dtype: "
-      "float32,\n"
-      "                          or int64/int32 token ids). A model with "
-      "several data\n"
-      "                          inputs takes one --data per input, in "
-      "input order,\n"
-      "                          or --data NAME=X.npy by input name (this "
-      "one: %s);\n"
-      "                          they are sharded together, row by row\n"
-      "  --labels Y.npy          labels [N, ...] (int64/int32/uint8 class ids "
-      "or float)\n"
-      "  --epochs E              number of passes over the data\n"
-      "  --val-data X.npy        validation samples (with --val-labels, as "
-      "--data);\n"
-      "                          evaluated\n"
-      "  --val-labels Y.npy      after every epoch\n"
-      "  --shuffle-seed S        sampler seed (default 0); epoch e uses seed "
-      "S+e\n"
-      "  --no-shuffle            visit samples in file order\n"
-      "  --sample-assignment A   contiguous (default: rank r takes the r-th "
-      "slice of\n"
-      "                          each global batch) or strided (rows r, "
-      "r + world, ...,\n"
-      "                          as torch's DistributedSampler deals them)\n"
-      "  --buffer-sync S         BatchNorm running statistics after each "
-      "step: average\n"
-      "                          (default: their mean over ranks) or "
-      "broadcast (rank\n"
-      "                          0's, as DDP's broadcast_buffers)\n"
-      "  --lr LR                 learning rate (default %g)\n"
-      "  --save FILE.onnx        write the trained model at the end (rank 0)\n"
-      "  --checkpoint FILE       write a checkpoint every --checkpoint-every "
-      "steps and\n"
-      "  --checkpoint-every N    at the end\n"
-      "  --resume FILE           continue from a checkpoint\n"
-      "  --stop-after-steps N    stop once N optimizer steps (counted from the "
-      "start\n"
-      "                          of training, across resumes) are done\n"
-      "  --log-json FILE         append one JSON object per optimizer step "
-      "(rank 0)\n"
-      "  --nan-policy P          a non-finite loss (any rank) or gradient "
-      "norm: stop\n"
-      "                          (default: end the run, nothing written), "
-      "skip (drop\n"
-      "                          the step on every rank) or ignore (apply "
-      "it); no\n"
-      "                          checkpoint or --save is ever written "
-      "with non-finite\n"
-      "                          weights\n"
-      "  --timeout SECONDS       abort when a collective takes longer "
-      "(default 30)\n"
-      "  --quiet                 no banner or progress lines (epoch lines "
-      "stay)\n"
-      "  --help                  print this message\n\n"
+      "%s\n"
       "Per-rank batch %lld, %d micro-batch(es) per optimizer step; the global "
       "batch is\n%lld x world size. Gradients are summed over ranks in "
       "buckets that start\nduring the backward pass of the last "
@@ -229,120 +197,70 @@ void printUsage(const char *prog) {
       "global batch, as DistributedDataParallel. Exit status: 0 on success, "
       "1 on\nany error.\n",
       prog, ddpc_model_name ? ddpc_model_name : "",
-      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", dataInputList().c_str(),
-      static_cast<double>(ddpc_default_lr),
+      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", options.c_str(),
       static_cast<long long>(ddpc_batch_size), ddpc_grad_accum_steps,
       static_cast<long long>(ddpc_batch_size));
 }
 
-bool matchOption(const char *opt, int argc, char **argv, int &i,
-                 std::string &value) {
-  size_t len = std::strlen(opt);
-  const char *arg = argv[i];
-  if (std::strncmp(arg, opt, len) != 0)
-    return false;
-  if (arg[len] == '=') {
-    value = arg + len + 1;
-    return true;
-  }
-  if (arg[len] != '\0')
-    return false;
-  if (i + 1 >= argc)
-    fatalError(std::string("option ") + opt + " needs a value");
-  value = argv[++i];
-  return true;
-}
-
-int64_t parseInt(const char *opt, const std::string &v, int64_t min) {
-  char *end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || x < min)
-    fatalError(std::string("invalid value '") + v + "' for " + opt +
-               " (an integer >= " + std::to_string(min) + ")");
-  return x;
-}
-
-/// A finite decimal number (`1e-3`, `.5`); strtod's other forms (hex,
-/// leading blanks, inf, nan) are refused, as Python's argparse and
-/// PyTorch's optimizers would not take them either.
-double parseDouble(const char *opt, const std::string &v) {
-  char *end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(x) ||
-      v.find_first_not_of("0123456789.eE+-") != std::string::npos)
-    fatalError(std::string("invalid value '") + v + "' for " + opt +
-               " (a finite decimal number, e.g. 0.01)");
-  return x;
-}
-
+/// Options from the command line (trainProgramOptions), in command-line
+/// order, so that the first error on the line is the one reported.
 Options parseOptions(int argc, char **argv) {
+  const std::vector<OptionSpec> &table = trainProgramOptions();
+  ParseResult parsed = parseProgramOptions(table, ParserSettings{}, argc, argv);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string v;
-    const char *a = argv[i];
-    if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h"))
+  for (const ParsedArg &arg : parsed.args) {
+    const std::string name = table[arg.spec].name;
+    const std::string &v = arg.value;
+    if (name == "--help")
       o.help = true;
-    else if (!std::strcmp(a, "--quiet"))
+    else if (name == "--quiet")
       o.quiet = true;
-    else if (!std::strcmp(a, "--no-shuffle"))
+    else if (name == "--no-shuffle")
       o.shuffle = false, o.shuffleGiven = true;
-    else if (matchOption("--data", argc, argv, i, v))
+    else if (name == "--data")
       o.data.push_back(v);
-    else if (matchOption("--labels", argc, argv, i, v))
+    else if (name == "--labels")
       o.labels = v;
-    else if (matchOption("--val-data", argc, argv, i, v))
+    else if (name == "--val-data")
       o.valData.push_back(v);
-    else if (matchOption("--val-labels", argc, argv, i, v))
+    else if (name == "--val-labels")
       o.valLabels = v;
-    else if (matchOption("--epochs", argc, argv, i, v))
-      o.epochs = parseInt("--epochs", v, 0);
-    else if (matchOption("--shuffle-seed", argc, argv, i, v))
-      o.seed = static_cast<uint64_t>(parseInt("--shuffle-seed", v, 0)),
-      o.seedGiven = true;
-    else if (matchOption("--lr", argc, argv, i, v)) {
-      o.lr = static_cast<float>(parseDouble("--lr", v)), o.lrGiven = true;
+    else if (name == "--epochs")
+      o.epochs = arg.intValue;
+    else if (name == "--shuffle-seed")
+      o.seed = static_cast<uint64_t>(arg.intValue), o.seedGiven = true;
+    else if (name == "--lr") {
+      o.lr = static_cast<float>(arg.doubleValue), o.lrGiven = true;
       if (!(std::isfinite(o.lr) && o.lr >= 0))
         fatalError("--lr must be a finite number >= 0, got '" + v + "'");
-    } else if (matchOption("--save", argc, argv, i, v))
+    } else if (name == "--save")
       o.save = v;
-    else if (matchOption("--checkpoint-every", argc, argv, i, v))
-      o.checkpointEvery = parseInt("--checkpoint-every", v, 1);
-    else if (matchOption("--checkpoint", argc, argv, i, v))
+    else if (name == "--checkpoint-every")
+      o.checkpointEvery = arg.intValue;
+    else if (name == "--checkpoint")
       o.checkpoint = v;
-    else if (matchOption("--resume", argc, argv, i, v))
+    else if (name == "--resume")
       o.resume = v;
-    else if (matchOption("--stop-after-steps", argc, argv, i, v))
-      o.stopAfter = parseInt("--stop-after-steps", v, 0);
-    else if (matchOption("--log-json", argc, argv, i, v))
+    else if (name == "--stop-after-steps")
+      o.stopAfter = arg.intValue;
+    else if (name == "--log-json")
       o.logJson = v;
-    else if (matchOption("--nan-policy", argc, argv, i, v)) {
-      if (v == "stop")
-        o.nanPolicy = Options::NanPolicy::Stop;
-      else if (v == "skip")
-        o.nanPolicy = Options::NanPolicy::Skip;
-      else if (v == "ignore")
-        o.nanPolicy = Options::NanPolicy::Ignore;
-      else
-        fatalError("invalid value '" + v +
-                   "' for --nan-policy (stop, skip or ignore)");
-    } else if (matchOption("--sample-assignment", argc, argv, i, v)) {
-      if (v != "contiguous" && v != "strided")
-        fatalError("invalid value '" + v +
-                   "' for --sample-assignment (contiguous or strided)");
+    else if (name == "--nan-policy")
+      o.nanPolicy = v == "skip"     ? Options::NanPolicy::Skip
+                    : v == "ignore" ? Options::NanPolicy::Ignore
+                                    : Options::NanPolicy::Stop;
+    else if (name == "--sample-assignment")
       o.strided = v == "strided", o.stridedGiven = true;
-    } else if (matchOption("--buffer-sync", argc, argv, i, v)) {
-      if (v != "average" && v != "broadcast")
-        fatalError("invalid value '" + v +
-                   "' for --buffer-sync (average or broadcast)");
+    else if (name == "--buffer-sync")
       o.broadcastBuffers = v == "broadcast", o.bufferSyncGiven = true;
-    } else if (matchOption("--timeout", argc, argv, i, v)) {
-      o.timeout = parseDouble("--timeout", v);
+    else if (name == "--timeout") {
+      o.timeout = arg.doubleValue;
       if (o.timeout <= 0)
         fatalError("--timeout must be positive");
-    } else
-      fatalError(std::string("unknown argument '") + a + "' (see --help)");
+    }
   }
+  if (!parsed.error.empty())
+    fatalError(parsed.error);
   if (o.help)
     return o;
   if (o.data.empty() || o.labels.empty())
@@ -956,116 +874,171 @@ void requireSameRunOnAllRanks(int world, int rank,
   std::exit(1);
 }
 
-int run(int argc, char **argv) {
-  Options opt = parseOptions(argc, argv);
+/// Position and running epoch totals; restored by --resume and broadcast
+/// from rank 0 as bytes.
+struct Position {
+  int64_t epoch = 0, stepInEpoch = 0, globalStep = 0;
+  // Steps applied: globalStep minus those --nan-policy skip dropped
+  // (AdamW's step count).
+  int64_t optimizerSteps = 0;
+  double epochLossSum = 0;
+  int64_t epochCorrect = 0, epochSamples = 0, epochSteps = 0;
+  uint64_t seed = 0;
+  int64_t shuffle = 1;
+  int64_t strided = 0, broadcastBuffers = 0;
+};
+
+/// One training run: the tables, data, double-buffered state and per-step
+/// buffers that run() walks through step by step.
+struct TrainRun {
+  explicit TrainRun(const Options &opt) : opt(opt) {}
+
+  const Options &opt;
   const int rank = worldRank();
   const int world = worldSize();
-  if (opt.help) {
-    if (rank == 0)
-      printUsage(argc > 0 ? argv[0] : "train");
-    return 0;
-  }
-  setCollectiveTimeout(opt.timeout);
-
-  // The tables must describe something this runtime can drive.
   const int64_t B = ddpc_batch_size;
   const int64_t K = ddpc_grad_accum_steps;
-  bool dataOk = ddpc_num_data_inputs >= 1;
-  for (int32_t i = 0; dataOk && i < ddpc_num_data_inputs; ++i)
-    dataOk = ddpc_data_ranks[i] >= 1 && ddpc_data_shapes[i][0] == B &&
-             (ddpc_data_dtypes[i] == kOnnxFloat ||
-              ddpc_data_dtypes[i] == kOnnxInt64 ||
-              ddpc_data_dtypes[i] == kOnnxInt32);
-  if (B < 1 || K < 1 || !dataOk || ddpc_label_rank < 1 ||
-      ddpc_label_shape[0] != B ||
-      (ddpc_label_dtype != kOnnxInt64 && ddpc_label_dtype != kOnnxFloat) ||
-      ddpc_opt_slots < 0)
-    fatalError("the compiled model's training tables are inconsistent "
-               "(batch size, data/label shapes or dtypes)");
-
-  const std::vector<TensorInfo> params = readTable(
-      ddpc_num_params, ddpc_param_names, ddpc_param_ranks, ddpc_param_shapes);
-  const std::vector<TensorInfo> buffers =
-      readTable(ddpc_num_buffers, ddpc_buffer_names, ddpc_buffer_ranks,
-                ddpc_buffer_shapes);
   const int32_t P = ddpc_num_params, Bf = ddpc_num_buffers, S = ddpc_opt_slots;
-  std::vector<TensorInfo> slots;
-  for (const TensorInfo &p : params)
-    for (int32_t s = 0; s < S; ++s)
-      slots.push_back({p.name + "/slot" + std::to_string(s), p.shape, p.numel});
-
-  const std::vector<std::string> trainFiles = dataFiles(opt.data, "--data");
-  Dataset train = loadDataset(trainFiles, opt.labels);
-  Dataset val;
-  bool haveVal = !opt.valData.empty();
-  if (haveVal)
-    val = loadDataset(dataFiles(opt.valData, "--val-data"), opt.valLabels);
-
-  requireSameRunOnAllRanks(
-      world, rank,
-      {{"program", programDigest(), showHex},
-       {"--data", double(train.n), showSamples},
-       {"--val-data", haveVal ? double(val.n) : -1.0, showSamples},
-       {"per-rank batch", double(B), showCount},
-       {"micro-batches per step", double(K), showCount},
-       {"--epochs", double(opt.epochs), showCount},
-       {"--stop-after-steps", double(opt.stopAfter), showSteps},
-       {"--nan-policy", double(static_cast<int>(opt.nanPolicy)), showPolicy},
-       {"--lr", opt.lrGiven ? double(opt.lr) : double(ddpc_default_lr),
-        showNumber},
-       {"--shuffle-seed",
-        opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0, showSeed},
-       {"--sample-assignment", opt.stridedGiven ? double(opt.strided) : -1.0,
-        showAssignment},
-       {"--buffer-sync",
-        opt.bufferSyncGiven ? double(opt.broadcastBuffers) : -1.0,
-        showBufferSync}});
-
-  const int64_t globalBatch = B * world;
-  const int64_t stepsPerEp = stepsPerEpoch(train.n, B, world, K);
-  if (stepsPerEp == 0)
-    fatalError(trainFiles[0] + ": " + std::to_string(train.n) +
-               " samples are fewer than one optimizer step needs (" +
-               std::to_string(globalBatch * K) + " = batch " +
-               std::to_string(B) + " x " + std::to_string(world) + " ranks x " +
-               std::to_string(K) + " micro-batches)");
-
+  const int32_t D = ddpc_num_data_inputs;
+  std::vector<TensorInfo> params, buffers, slots;
+  std::vector<std::string> trainFiles;
+  Dataset train, val;
+  bool haveVal = false;
+  int64_t globalBatch = 0, stepsPerEp = 0;
   // State, double-buffered: the step functions write outputs into the other
-  // half, then the halves swap.
+  // half, then the halves swap; cp, cb, cg, co are the current halves.
   TensorSet paramSets[2], bufferSets[2], gradSets[2], optSets[2];
-  for (int h = 0; h < 2; ++h) {
-    paramSets[h].allocate(params);
-    bufferSets[h].allocate(buffers);
-    gradSets[h].allocate(params);
-    optSets[h].allocate(slots);
-  }
   int cp = 0, cb = 0, cg = 0, co = 0;
-  for (int32_t i = 0; i < P; ++i)
-    std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
-                params[i].numel * sizeof(float));
-  for (int32_t i = 0; i < Bf; ++i)
-    std::memcpy(bufferSets[0].tensors[i].ptr, ddpc_buffer_init[i],
-                buffers[i].numel * sizeof(float));
+  Position pos;
+  const bool resumed = !opt.resume.empty();
+  float lr = 0;
+  int64_t stopAt = INT64_MAX;
+  bool tty = false;
+  std::FILE *logFile = nullptr;
+  // Micro-batch buffers, one per column (data inputs, then labels), and
+  // the step functions' argument vectors and scalars.
+  std::vector<Aligned> batch;
+  std::vector<void *> batchPtrs;
+  Aligned lossOut, correctOut, sampleLoss, sampleCorrect, lrArg, stepArg,
+      scaleArg, rngArg, gradNormOut;
+  std::vector<void *> microArgs, applyArgs, evalArgs, normArgs;
+  // Steps applied under --nan-policy ignore whose loss or gradient norm
+  // was not finite.
+  int64_t appliedNonFinite = 0;
+  int64_t lastCkptStep = -1;
+  // The epoch in progress: its start, the samples this process ran.
+  float gradScale = 1;
+  int64_t progressEvery = 1;
+  Clock::time_point epochStart;
+  int64_t epochSamplesHere = 0;
+  // The step in progress: its start, the buffers' half at its start (a
+  // skipped step returns to them), this rank's loss sum and correct count
+  // (global after decideStep), whether a loss was nan or inf, the gradient
+  // norm and whether the update is skipped.
+  Clock::time_point stepStart;
+  int cbAtStart = 0;
+  double local[2] = {0, 0};
+  bool lossNaN = false, lossInf = false;
+  float gradNorm = NAN;
+  bool skipped = false;
 
-  // Position and running epoch totals; restored by --resume.
-  struct Position {
-    int64_t epoch = 0, stepInEpoch = 0, globalStep = 0;
-    // Steps applied: globalStep minus those --nan-policy skip dropped
-    // (AdamW's step count).
-    int64_t optimizerSteps = 0;
-    double epochLossSum = 0;
-    int64_t epochCorrect = 0, epochSamples = 0, epochSteps = 0;
-    uint64_t seed = 0;
-    int64_t shuffle = 1;
-    int64_t strided = 0, broadcastBuffers = 0;
-  } pos;
-  pos.seed = opt.seed;
-  pos.shuffle = opt.shuffle ? 1 : 0;
-  pos.strided = opt.strided ? 1 : 0;
-  pos.broadcastBuffers = opt.broadcastBuffers ? 1 : 0;
+  /// The tables must describe something this runtime can drive.
+  void checkTables() {
+    bool dataOk = ddpc_num_data_inputs >= 1;
+    for (int32_t i = 0; dataOk && i < ddpc_num_data_inputs; ++i)
+      dataOk = ddpc_data_ranks[i] >= 1 && ddpc_data_shapes[i][0] == B &&
+               (ddpc_data_dtypes[i] == kOnnxFloat ||
+                ddpc_data_dtypes[i] == kOnnxInt64 ||
+                ddpc_data_dtypes[i] == kOnnxInt32);
+    if (B < 1 || K < 1 || !dataOk || ddpc_label_rank < 1 ||
+        ddpc_label_shape[0] != B ||
+        (ddpc_label_dtype != kOnnxInt64 && ddpc_label_dtype != kOnnxFloat) ||
+        ddpc_opt_slots < 0)
+      fatalError("the compiled model's training tables are inconsistent "
+                 "(batch size, data/label shapes or dtypes)");
+  }
 
-  bool resumed = !opt.resume.empty();
-  if (resumed && rank == 0) {
+  /// Parameters, buffers and optimizer slots from TrainABI.h.
+  void readTables() {
+    params = readTable(ddpc_num_params, ddpc_param_names, ddpc_param_ranks,
+                       ddpc_param_shapes);
+    buffers = readTable(ddpc_num_buffers, ddpc_buffer_names, ddpc_buffer_ranks,
+                        ddpc_buffer_shapes);
+    for (const TensorInfo &p : params)
+      for (int32_t s = 0; s < S; ++s)
+        slots.push_back(
+            {p.name + "/slot" + std::to_string(s), p.shape, p.numel});
+  }
+
+  /// --data/--labels and --val-data/--val-labels, whole, on every rank.
+  void loadData() {
+    trainFiles = dataFiles(opt.data, "--data");
+    train = loadDataset(trainFiles, opt.labels);
+    haveVal = !opt.valData.empty();
+    if (haveVal)
+      val = loadDataset(dataFiles(opt.valData, "--val-data"), opt.valLabels);
+  }
+
+  /// Every rank must run the same program on the same data and options.
+  void checkSameRunOnAllRanks() {
+    requireSameRunOnAllRanks(
+        world, rank,
+        {{"program", programDigest(), showHex},
+         {"--data", double(train.n), showSamples},
+         {"--val-data", haveVal ? double(val.n) : -1.0, showSamples},
+         {"per-rank batch", double(B), showCount},
+         {"micro-batches per step", double(K), showCount},
+         {"--epochs", double(opt.epochs), showCount},
+         {"--stop-after-steps", double(opt.stopAfter), showSteps},
+         {"--nan-policy", double(static_cast<int>(opt.nanPolicy)), showPolicy},
+         {"--lr", opt.lrGiven ? double(opt.lr) : double(ddpc_default_lr),
+          showNumber},
+         {"--shuffle-seed",
+          opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0, showSeed},
+         {"--sample-assignment", opt.stridedGiven ? double(opt.strided) : -1.0,
+          showAssignment},
+         {"--buffer-sync",
+          opt.bufferSyncGiven ? double(opt.broadcastBuffers) : -1.0,
+          showBufferSync}});
+  }
+
+  /// Optimizer steps per epoch; at least one.
+  void countSteps() {
+    globalBatch = B * world;
+    stepsPerEp = stepsPerEpoch(train.n, B, world, K);
+    if (stepsPerEp == 0)
+      fatalError(trainFiles[0] + ": " + std::to_string(train.n) +
+                 " samples are fewer than one optimizer step needs (" +
+                 std::to_string(globalBatch * K) + " = batch " +
+                 std::to_string(B) + " x " + std::to_string(world) +
+                 " ranks x " + std::to_string(K) + " micro-batches)");
+  }
+
+  /// Half 0 of the state from the compiled initial values.
+  void initState() {
+    for (int h = 0; h < 2; ++h) {
+      paramSets[h].allocate(params);
+      bufferSets[h].allocate(buffers);
+      gradSets[h].allocate(params);
+      optSets[h].allocate(slots);
+    }
+    for (int32_t i = 0; i < P; ++i)
+      std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
+                  params[i].numel * sizeof(float));
+    for (int32_t i = 0; i < Bf; ++i)
+      std::memcpy(bufferSets[0].tensors[i].ptr, ddpc_buffer_init[i],
+                  buffers[i].numel * sizeof(float));
+  }
+
+  /// The sampler settings, and (--resume, on rank 0) the state and position
+  /// of a checkpoint that must match this program.
+  void resumeFromCheckpoint() {
+    pos.seed = opt.seed;
+    pos.shuffle = opt.shuffle ? 1 : 0;
+    pos.strided = opt.strided ? 1 : 0;
+    pos.broadcastBuffers = opt.broadcastBuffers ? 1 : 0;
+    if (!resumed || rank != 0)
+      return;
     Checkpoint c;
     std::string err;
     if (!readCheckpoint(opt.resume, c, err))
@@ -1142,83 +1115,85 @@ int run(int argc, char **argv) {
     pos.broadcastBuffers = c.broadcastBuffers ? 1 : 0;
   }
 
-  // Rank 0's state is everyone's state.
-  broadcastBytes(&pos, sizeof(pos), "broadcast of the training position");
-  for (int32_t i = 0; i < P; ++i)
-    broadcastBytes(paramSets[0].tensors[i].ptr, params[i].numel * sizeof(float),
-                   "broadcast of the initial parameters");
-  for (int32_t i = 0; i < Bf; ++i)
-    broadcastBytes(bufferSets[0].tensors[i].ptr,
-                   buffers[i].numel * sizeof(float),
-                   "broadcast of the initial buffers");
-  if (resumed)
-    for (size_t i = 0; i < slots.size(); ++i)
-      broadcastBytes(optSets[0].tensors[i].ptr, slots[i].numel * sizeof(float),
-                     "broadcast of the optimizer state");
-
-  const float lr = opt.lrGiven ? opt.lr : ddpc_default_lr;
-  const int64_t stopAt = opt.stopAfter >= 0 ? opt.stopAfter : INT64_MAX;
-  // \r-updated progress only on an interactive terminal of a single process:
-  // mpirun hands its ranks a pty even when its own output is a file.
-  const bool tty = ::isatty(fileno(stdout)) && world == 1 &&
-                   !std::getenv("OMPI_COMM_WORLD_SIZE");
-
-  if (rank == 0 && !opt.quiet) {
-    std::printf("training '%s': %lld samples, %d rank(s) x batch %lld x %lld "
-                "micro-batch(es) = %lld samples/step, %lld steps/epoch, "
-                "lr %g\n",
-                ddpc_model_name, static_cast<long long>(train.n), world,
-                static_cast<long long>(B), static_cast<long long>(K),
-                static_cast<long long>(globalBatch * K),
-                static_cast<long long>(stepsPerEp), static_cast<double>(lr));
+  /// Rank 0's state is everyone's state.
+  void shareRankZeroState() {
+    broadcastBytes(&pos, sizeof(pos), "broadcast of the training position");
+    for (int32_t i = 0; i < P; ++i)
+      broadcastBytes(paramSets[0].tensors[i].ptr,
+                     params[i].numel * sizeof(float),
+                     "broadcast of the initial parameters");
+    for (int32_t i = 0; i < Bf; ++i)
+      broadcastBytes(bufferSets[0].tensors[i].ptr,
+                     buffers[i].numel * sizeof(float),
+                     "broadcast of the initial buffers");
     if (resumed)
-      std::printf("resumed from %s at epoch %lld step %lld (global step "
-                  "%lld)\n",
-                  opt.resume.c_str(), static_cast<long long>(pos.epoch + 1),
-                  static_cast<long long>(pos.stepInEpoch),
-                  static_cast<long long>(pos.globalStep));
-    std::fflush(stdout);
+      for (size_t i = 0; i < slots.size(); ++i)
+        broadcastBytes(optSets[0].tensors[i].ptr,
+                       slots[i].numel * sizeof(float),
+                       "broadcast of the optimizer state");
   }
 
-  std::FILE *logFile = nullptr;
-  if (rank == 0 && !opt.logJson.empty()) {
-    logFile = std::fopen(opt.logJson.c_str(), "a");
-    if (!logFile)
-      fatalError("cannot open '" + opt.logJson +
-                 "' for appending: " + std::strerror(errno));
+  /// The run's settings, the banner and the --log-json file.
+  void startRun() {
+    lr = opt.lrGiven ? opt.lr : ddpc_default_lr;
+    stopAt = opt.stopAfter >= 0 ? opt.stopAfter : INT64_MAX;
+    // \r-updated progress only on an interactive terminal of a single process:
+    // mpirun hands its ranks a pty even when its own output is a file.
+    tty = ::isatty(fileno(stdout)) && world == 1 &&
+          !std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (rank == 0 && !opt.quiet) {
+      std::printf("training '%s': %lld samples, %d rank(s) x batch %lld x %lld "
+                  "micro-batch(es) = %lld samples/step, %lld steps/epoch, "
+                  "lr %g\n",
+                  ddpc_model_name, static_cast<long long>(train.n), world,
+                  static_cast<long long>(B), static_cast<long long>(K),
+                  static_cast<long long>(globalBatch * K),
+                  static_cast<long long>(stepsPerEp), static_cast<double>(lr));
+      if (resumed)
+        std::printf("resumed from %s at epoch %lld step %lld (global step "
+                    "%lld)\n",
+                    opt.resume.c_str(), static_cast<long long>(pos.epoch + 1),
+                    static_cast<long long>(pos.stepInEpoch),
+                    static_cast<long long>(pos.globalStep));
+      std::fflush(stdout);
+    }
+    if (rank == 0 && !opt.logJson.empty()) {
+      logFile = std::fopen(opt.logJson.c_str(), "a");
+      if (!logFile)
+        fatalError("cannot open '" + opt.logJson +
+                   "' for appending: " + std::strerror(errno));
+    }
   }
 
-  // Micro-batch buffers, one per column (data inputs, then labels).
-  std::vector<Aligned> batch;
-  batch.reserve(train.columns.size());
-  std::vector<void *> batchPtrs;
-  for (const Column &col : train.columns) {
-    batch.emplace_back(static_cast<size_t>(B) * col.rowBytes());
-    batchPtrs.push_back(batch.back().ptr);
+  /// Micro-batch buffers and the step functions' arguments.
+  void allocateStepBuffers() {
+    batch.reserve(train.columns.size());
+    for (const Column &col : train.columns) {
+      batch.emplace_back(static_cast<size_t>(B) * col.rowBytes());
+      batchPtrs.push_back(batch.back().ptr);
+    }
+    // Per-step scalars the host reads or writes: host-shared (Memory.h).
+    constexpr Placement kHost = Placement::HostShared;
+    lossOut = Aligned(sizeof(float), kHost);
+    correctOut = Aligned(sizeof(int64_t), kHost);
+    sampleLoss = Aligned(static_cast<size_t>(B) * sizeof(float), kHost);
+    sampleCorrect = Aligned(static_cast<size_t>(B) * sizeof(int64_t), kHost);
+    lrArg = Aligned(sizeof(float), kHost);
+    stepArg = Aligned(sizeof(int64_t), kHost);
+    scaleArg = Aligned(sizeof(float), kHost);
+
+    microArgs.resize(3 * P + 2 * Bf + D + 4);
+    // Random-number input of every micro-batch (TrainABI.h): {seed, rank}.
+    rngArg = Aligned(2 * sizeof(int64_t), kHost);
+    applyArgs.resize(3 * P + 2 * P * S + 3);
+    evalArgs.resize(P + Bf + D + 3);
+    normArgs.resize(P + 2);
+    gradNormOut = Aligned(sizeof(float), kHost);
   }
-  const int32_t D = ddpc_num_data_inputs;
-  // Per-step scalars the host reads or writes: host-shared (Memory.h).
-  constexpr Placement kHost = Placement::HostShared;
-  Aligned lossOut(sizeof(float), kHost), correctOut(sizeof(int64_t), kHost);
-  Aligned sampleLoss(static_cast<size_t>(B) * sizeof(float), kHost);
-  Aligned sampleCorrect(static_cast<size_t>(B) * sizeof(int64_t), kHost);
-  Aligned lrArg(sizeof(float), kHost), stepArg(sizeof(int64_t), kHost),
-      scaleArg(sizeof(float), kHost);
 
-  std::vector<void *> microArgs(3 * P + 2 * Bf + D + 4);
-  // Random-number input of every micro-batch (TrainABI.h): {seed, rank}.
-  Aligned rngArg(2 * sizeof(int64_t), kHost);
-  std::vector<void *> applyArgs(3 * P + 2 * P * S + 3);
-  std::vector<void *> evalArgs(P + Bf + D + 3);
-  std::vector<void *> normArgs(P + 2);
-  Aligned gradNormOut(sizeof(float), kHost);
-
-  // Steps applied under --nan-policy ignore whose loss or gradient norm
-  // was not finite.
-  int64_t appliedNonFinite = 0;
-  // Checkpoints and --save never hold non-finite weights, whatever
-  // --nan-policy says: the job ends instead, naming the tensor.
-  auto requireFiniteWeights = [&](const std::string &what) {
+  /// Checkpoints and --save never hold non-finite weights, whatever
+  /// --nan-policy says: the job ends instead, naming the tensor.
+  void requireFiniteWeights(const std::string &what) {
     auto scan = [&](const char *kind, const std::vector<TensorInfo> &infos,
                     const TensorSet &set) {
       for (size_t i = 0; i < infos.size(); ++i) {
@@ -1247,9 +1222,10 @@ int run(int argc, char **argv) {
     scan("parameter", params, paramSets[cp]);
     scan("buffer", buffers, bufferSets[cb]);
     scan("optimizer state", slots, optSets[co]);
-  };
+  }
 
-  auto writeCkpt = [&]() {
+  /// --checkpoint, written by rank 0.
+  void writeCheckpointFile() {
     if (rank != 0)
       return;
     requireFiniteWeights("the checkpoint");
@@ -1282,9 +1258,10 @@ int run(int argc, char **argv) {
     std::string err;
     if (!writeCheckpoint(opt.checkpoint, c, err))
       fatalError(err);
-  };
+  }
 
-  auto validate = [&](double &lossOutV, double &accOut) {
+  /// Mean loss and accuracy over the validation set, all ranks.
+  void validate(double &lossOutV, double &accOut) {
     double sums[3] = {0, 0, 0}; // loss, correct, count
     std::vector<int64_t> mine;
     for (int64_t i = rank; i < val.n; i += world)
@@ -1316,24 +1293,16 @@ int run(int argc, char **argv) {
     allreduceSum(sums, 3, "allreduce of validation metrics");
     lossOutV = sums[2] > 0 ? sums[0] / sums[2] : NAN;
     accOut = sums[2] > 0 ? sums[1] / sums[2] : NAN;
-  };
+  }
 
-  const float gradScale = 1.0f / static_cast<float>(world * K);
-  int64_t lastCkptStep = resumed ? pos.globalStep : -1;
-  int64_t progressEvery = std::max<int64_t>(1, (stepsPerEp + 9) / 10);
-  Clock::time_point epochStart = Clock::now();
-  int64_t epochSamplesHere = 0; // samples processed by this process in epoch
-
-  BatchPrefetcher prefetcher(train, B, K, rank, world, stepsPerEp, pos.seed,
-                             pos.shuffle != 0, pos.strided != 0, pos.epoch,
-                             pos.stepInEpoch);
-  while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
-    Clock::time_point stepStart = Clock::now();
-    const int cbAtStart = cb; // buffers to return to if the step is skipped
-    bool lossNaN = false, lossInf = false;
+  /// The K micro-batches of one optimizer step: gradients summed into
+  /// gradSets[cg] (over ranks by the last one), this rank's loss sum and
+  /// correct count in `local`.
+  void runMicroBatches(BatchPrefetcher &prefetcher) {
     for (int32_t i = 0; i < P; ++i)
       zeroBuffer(gradSets[cg].tensors[i].ptr, params[i].numel * sizeof(float));
-    double local[2] = {0, 0}; // loss sum over micro-batches, correct
+    lossNaN = lossInf = false;
+    local[0] = local[1] = 0;
     for (int64_t k = 0; k < K; ++k) {
       prefetcher.next(batchPtrs.data());
       size_t a = 0;
@@ -1391,11 +1360,11 @@ int run(int argc, char **argv) {
       local[0] += microLoss;
       local[1] += static_cast<double>(*static_cast<int64_t *>(correctOut.ptr));
     }
+  }
 
-    // The averaged gradient's norm: the gradients are sums over ranks by
-    // now, so every rank computes the same one.
-    const bool checkFinite = opt.nanPolicy != Options::NanPolicy::Ignore;
-    float gradNorm = NAN;
+  /// The averaged gradient's norm (gradNorm).
+  void computeGradientNorm() {
+    gradNorm = NAN;
     *scaleArg.f() = gradScale;
     {
       size_t a = 0;
@@ -1406,6 +1375,13 @@ int run(int argc, char **argv) {
       ddpc_grad_norm(normArgs.data());
       gradNorm = *gradNormOut.f();
     }
+  }
+
+  /// The step's global loss and the --nan-policy decision: false when the
+  /// run stops (--nan-policy stop), else `skipped` says whether the update
+  /// is dropped.
+  bool decideStep() {
+    const bool checkFinite = opt.nanPolicy != Options::NanPolicy::Ignore;
     // One allreduce decides for all ranks: loss sum, correct count, a
     // non-finite gradient norm, and which ranks' losses were nan (1) or
     // inf (2), to name them.
@@ -1419,7 +1395,7 @@ int run(int argc, char **argv) {
     local[0] = stats[0];
     local[1] = stats[1];
     ++pos.globalStep;
-    bool skipped = false;
+    skipped = false;
     if (!checkFinite && (stats[2] > 0 || !std::isfinite(stats[0])))
       ++appliedNonFinite; // --nan-policy ignore
     if (checkFinite) {
@@ -1454,7 +1430,7 @@ int run(int argc, char **argv) {
         }
         if (logFile)
           std::fclose(logFile);
-        return 1; // Every rank: the same decision, no hang.
+        return false; // Every rank: the same decision, no hang.
       }
       if (!why.empty()) {
         // --nan-policy skip: no update; the buffers go back to the step's
@@ -1467,42 +1443,50 @@ int run(int argc, char **argv) {
                        static_cast<long long>(pos.globalStep), why.c_str());
       }
     }
-    if (!skipped) {
-      ++pos.optimizerSteps;
-      *lrArg.f() = lr;
-      *static_cast<int64_t *>(stepArg.ptr) = pos.optimizerSteps;
-      size_t a = 0;
-      for (int32_t i = 0; i < P; ++i)
-        applyArgs[a++] = paramSets[cp].tensors[i].ptr;
-      for (size_t i = 0; i < slots.size(); ++i)
-        applyArgs[a++] = optSets[co].tensors[i].ptr;
-      for (int32_t i = 0; i < P; ++i)
-        applyArgs[a++] = gradSets[cg].tensors[i].ptr;
-      applyArgs[a++] = lrArg.ptr;
-      applyArgs[a++] = stepArg.ptr;
-      applyArgs[a++] = scaleArg.ptr;
-      for (int32_t i = 0; i < P; ++i)
-        applyArgs[a++] = paramSets[1 - cp].tensors[i].ptr;
-      for (size_t i = 0; i < slots.size(); ++i)
-        applyArgs[a++] = optSets[1 - co].tensors[i].ptr;
-      ddpc_apply(applyArgs.data());
-      cp = 1 - cp;
-      co = 1 - co;
-    }
+    return true;
+  }
 
-    if (world > 1 && !skipped) {
-      for (int32_t i = 0; i < Bf; ++i) {
-        float *b = bufferSets[cb].tensors[i].f();
-        if (pos.broadcastBuffers) {
-          broadcastBytes(b, buffers[i].numel * sizeof(float),
-                         "broadcast of buffers");
-          continue;
-        }
-        allreduceSum(b, buffers[i].numel, "allreduce of buffers");
-        for (int64_t e = 0; e < buffers[i].numel; ++e)
-          b[e] /= static_cast<float>(world);
+  /// The optimizer update into the other half of params and slots.
+  void applyUpdate() {
+    ++pos.optimizerSteps;
+    *lrArg.f() = lr;
+    *static_cast<int64_t *>(stepArg.ptr) = pos.optimizerSteps;
+    size_t a = 0;
+    for (int32_t i = 0; i < P; ++i)
+      applyArgs[a++] = paramSets[cp].tensors[i].ptr;
+    for (size_t i = 0; i < slots.size(); ++i)
+      applyArgs[a++] = optSets[co].tensors[i].ptr;
+    for (int32_t i = 0; i < P; ++i)
+      applyArgs[a++] = gradSets[cg].tensors[i].ptr;
+    applyArgs[a++] = lrArg.ptr;
+    applyArgs[a++] = stepArg.ptr;
+    applyArgs[a++] = scaleArg.ptr;
+    for (int32_t i = 0; i < P; ++i)
+      applyArgs[a++] = paramSets[1 - cp].tensors[i].ptr;
+    for (size_t i = 0; i < slots.size(); ++i)
+      applyArgs[a++] = optSets[1 - co].tensors[i].ptr;
+    ddpc_apply(applyArgs.data());
+    cp = 1 - cp;
+    co = 1 - co;
+  }
+
+  /// Buffers after the step: mean over ranks, or rank 0's (--buffer-sync).
+  void syncBuffers() {
+    for (int32_t i = 0; i < Bf; ++i) {
+      float *b = bufferSets[cb].tensors[i].f();
+      if (pos.broadcastBuffers) {
+        broadcastBytes(b, buffers[i].numel * sizeof(float),
+                       "broadcast of buffers");
+        continue;
       }
+      allreduceSum(b, buffers[i].numel, "allreduce of buffers");
+      for (int64_t e = 0; e < buffers[i].numel; ++e)
+        b[e] /= static_cast<float>(world);
     }
+  }
+
+  /// Epoch totals, the --log-json line and the progress line.
+  void recordStep() {
     double stepLoss = local[0] / static_cast<double>(world * K);
     int64_t stepSamples = globalBatch * K;
     if (!skipped) { // A skipped step's loss is not part of the epoch's.
@@ -1544,94 +1528,150 @@ int run(int argc, char **argv) {
         std::fflush(stdout);
       }
     }
+  }
 
-    bool epochDone = pos.stepInEpoch == stepsPerEp;
-    if (epochDone) {
-      double secs = secondsSince(epochStart);
-      std::string line = "epoch " + std::to_string(pos.epoch + 1) + "/" +
-                         std::to_string(opt.epochs);
-      char buf[128];
-      // An epoch whose steps were all skipped has no loss.
-      line +=
-          "  loss " +
-          formatLoss(pos.epochSteps ? pos.epochLossSum / pos.epochSteps : NAN);
+  /// At the end of an epoch: the epoch line (with validation) and fresh totals.
+  void endEpochIfDone() {
+    if (pos.stepInEpoch != stepsPerEp)
+      return;
+    double secs = secondsSince(epochStart);
+    std::string line = "epoch " + std::to_string(pos.epoch + 1) + "/" +
+                       std::to_string(opt.epochs);
+    char buf[128];
+    // An epoch whose steps were all skipped has no loss.
+    line +=
+        "  loss " +
+        formatLoss(pos.epochSteps ? pos.epochLossSum / pos.epochSteps : NAN);
+    if (ddpc_is_classification) {
+      std::snprintf(buf, sizeof(buf), "  train-acc %.3f",
+                    static_cast<double>(pos.epochCorrect) /
+                        std::max<int64_t>(1, pos.epochSamples));
+      line += buf;
+    }
+    if (haveVal) {
+      double vLoss, vAcc;
+      validate(vLoss, vAcc);
+      line += "  val-loss " + formatLoss(vLoss);
       if (ddpc_is_classification) {
-        std::snprintf(buf, sizeof(buf), "  train-acc %.3f",
-                      static_cast<double>(pos.epochCorrect) /
-                          std::max<int64_t>(1, pos.epochSamples));
+        std::snprintf(buf, sizeof(buf), "  val-acc %.3f", vAcc);
         line += buf;
       }
-      if (haveVal) {
-        double vLoss, vAcc;
-        validate(vLoss, vAcc);
-        line += "  val-loss " + formatLoss(vLoss);
-        if (ddpc_is_classification) {
-          std::snprintf(buf, sizeof(buf), "  val-acc %.3f", vAcc);
-          line += buf;
-        }
-      }
-      std::snprintf(buf, sizeof(buf), "  %.0f samples/s",
-                    secs > 0 ? epochSamplesHere / secs : 0.0);
-      line += buf;
-      if (rank == 0) {
-        std::printf("%s%s\n", tty && !opt.quiet ? "\r\033[K" : "",
-                    line.c_str());
-        std::fflush(stdout);
-      }
-      pos.epoch += 1;
-      pos.stepInEpoch = 0;
-      pos.epochLossSum = 0;
-      pos.epochCorrect = pos.epochSamples = pos.epochSteps = 0;
-      epochSamplesHere = 0;
-      epochStart = Clock::now();
     }
-
-    if (!opt.checkpoint.empty() && opt.checkpointEvery > 0 &&
-        pos.globalStep % opt.checkpointEvery == 0) {
-      writeCkpt();
-      lastCkptStep = pos.globalStep;
+    std::snprintf(buf, sizeof(buf), "  %.0f samples/s",
+                  secs > 0 ? epochSamplesHere / secs : 0.0);
+    line += buf;
+    if (rank == 0) {
+      std::printf("%s%s\n", tty && !opt.quiet ? "\r\033[K" : "", line.c_str());
+      std::fflush(stdout);
     }
+    pos.epoch += 1;
+    pos.stepInEpoch = 0;
+    pos.epochLossSum = 0;
+    pos.epochCorrect = pos.epochSamples = pos.epochSteps = 0;
+    epochSamplesHere = 0;
+    epochStart = Clock::now();
   }
 
-  if (rank == 0 && tty && !opt.quiet && pos.stepInEpoch != 0)
-    std::printf("\n");
-  if (rank == 0 && appliedNonFinite > 0)
-    std::fprintf(stderr,
-                 "warning: %lld step(s) with a non-finite loss or gradient "
-                 "norm were applied (--nan-policy ignore)\n",
-                 static_cast<long long>(appliedNonFinite));
-  if (rank == 0 && !opt.quiet && pos.globalStep >= stopAt &&
-      pos.epoch < opt.epochs)
-    std::printf("stopped after %lld steps (epoch %lld, step %lld of %lld)\n",
-                static_cast<long long>(pos.globalStep),
-                static_cast<long long>(pos.epoch + 1),
-                static_cast<long long>(pos.stepInEpoch),
-                static_cast<long long>(stepsPerEp));
-  if (!opt.checkpoint.empty() && lastCkptStep != pos.globalStep)
-    writeCkpt();
-  if (rank == 0 && !opt.save.empty()) {
-    requireFiniteWeights("--save " + opt.save);
-    std::vector<OnnxInitializer> inits;
-    for (int32_t i = 0; i < P; ++i)
-      inits.push_back(
-          {params[i].name, params[i].shape, paramSets[cp].tensors[i].f()});
-    for (int32_t i = 0; i < Bf; ++i)
-      inits.push_back(
-          {buffers[i].name, buffers[i].shape, bufferSets[cb].tensors[i].f()});
-    std::string err;
-    if (!writeTrainedOnnx(opt.save, ddpc_onnx_model,
-                          static_cast<size_t>(ddpc_onnx_model_size), inits,
-                          err))
-      fatalError(err);
-    if (!opt.quiet)
-      std::printf("saved %s\n", opt.save.c_str());
+  /// The epoch loop up to --epochs or --stop-after-steps: 0, or 1 when
+  /// --nan-policy stop ended the run (every rank decides the same).
+  int trainLoop() {
+    gradScale = 1.0f / static_cast<float>(world * K);
+    lastCkptStep = resumed ? pos.globalStep : -1;
+    progressEvery = std::max<int64_t>(1, (stepsPerEp + 9) / 10);
+    epochStart = Clock::now();
+    epochSamplesHere = 0;
+
+    BatchPrefetcher prefetcher(train, B, K, rank, world, stepsPerEp, pos.seed,
+                               pos.shuffle != 0, pos.strided != 0, pos.epoch,
+                               pos.stepInEpoch);
+    while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
+      stepStart = Clock::now();
+      cbAtStart = cb; // buffers to return to if the step is skipped
+      runMicroBatches(prefetcher);
+      computeGradientNorm();
+      if (!decideStep())
+        return 1;
+      if (!skipped)
+        applyUpdate();
+      if (world > 1 && !skipped)
+        syncBuffers();
+      recordStep();
+      endEpochIfDone();
+      if (!opt.checkpoint.empty() && opt.checkpointEvery > 0 &&
+          pos.globalStep % opt.checkpointEvery == 0) {
+        writeCheckpointFile();
+        lastCkptStep = pos.globalStep;
+      }
+    }
+    return 0;
   }
-  if (logFile)
-    std::fclose(logFile);
-  std::fflush(stdout);
-  // Nobody leaves before rank 0 has written its files (an early exit of a
-  // peer would look like a failure to mpirun).
-  barrier("final barrier");
+
+  /// The summary, the last checkpoint, --save and the final barrier.
+  void finish() {
+    if (rank == 0 && tty && !opt.quiet && pos.stepInEpoch != 0)
+      std::printf("\n");
+    if (rank == 0 && appliedNonFinite > 0)
+      std::fprintf(stderr,
+                   "warning: %lld step(s) with a non-finite loss or gradient "
+                   "norm were applied (--nan-policy ignore)\n",
+                   static_cast<long long>(appliedNonFinite));
+    if (rank == 0 && !opt.quiet && pos.globalStep >= stopAt &&
+        pos.epoch < opt.epochs)
+      std::printf("stopped after %lld steps (epoch %lld, step %lld of %lld)\n",
+                  static_cast<long long>(pos.globalStep),
+                  static_cast<long long>(pos.epoch + 1),
+                  static_cast<long long>(pos.stepInEpoch),
+                  static_cast<long long>(stepsPerEp));
+    if (!opt.checkpoint.empty() && lastCkptStep != pos.globalStep)
+      writeCheckpointFile();
+    if (rank == 0 && !opt.save.empty()) {
+      requireFiniteWeights("--save " + opt.save);
+      std::vector<OnnxInitializer> inits;
+      for (int32_t i = 0; i < P; ++i)
+        inits.push_back(
+            {params[i].name, params[i].shape, paramSets[cp].tensors[i].f()});
+      for (int32_t i = 0; i < Bf; ++i)
+        inits.push_back(
+            {buffers[i].name, buffers[i].shape, bufferSets[cb].tensors[i].f()});
+      std::string err;
+      if (!writeTrainedOnnx(opt.save, ddpc_onnx_model,
+                            static_cast<size_t>(ddpc_onnx_model_size), inits,
+                            err))
+        fatalError(err);
+      if (!opt.quiet)
+        std::printf("saved %s\n", opt.save.c_str());
+    }
+    if (logFile)
+      std::fclose(logFile);
+    std::fflush(stdout);
+    // Nobody leaves before rank 0 has written its files (an early exit of a
+    // peer would look like a failure to mpirun).
+    barrier("final barrier");
+  }
+};
+
+int run(int argc, char **argv) {
+  Options opt = parseOptions(argc, argv);
+  if (opt.help) {
+    if (worldRank() == 0)
+      printUsage(argc > 0 ? argv[0] : "train");
+    return 0;
+  }
+  setCollectiveTimeout(opt.timeout);
+  TrainRun r(opt);
+  r.checkTables();
+  r.readTables();
+  r.loadData();
+  r.checkSameRunOnAllRanks();
+  r.countSteps();
+  r.initState();
+  r.resumeFromCheckpoint();
+  r.shareRankZeroState();
+  r.startRun();
+  r.allocateStepBuffers();
+  if (int rc = r.trainLoop())
+    return rc;
+  r.finish();
   return 0;
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -19,8 +20,53 @@ import numpy as np
 
 from . import _dtypes
 from ._config import TrainConfig, _Request
+from ._native import native
 
 _ALIGN = 64  # ModelABI.h: buffers are 64-byte aligned
+
+# Options train() always sets itself: extra_args may not name them.
+_TRAIN_OWN_OPTIONS = ("--save", "--log-json")
+
+
+@functools.cache
+def _train_options() -> dict[str, str]:
+    """The training program's options, name -> kind ('flag', 'int', 'double',
+    'string', 'list'), in ``./train --help`` order: the runtime's own table
+    (ProgramOptions.h, ``_ddpc.train_program_options``)."""
+    return {name: kind for name, kind, _ in native().train_program_options()}
+
+
+def _train_arg(name: str, value: object = None) -> list[str]:
+    """``[name]`` for a flag, else ``[name, str(value)]``; the name must be one
+    of the program's options."""
+    kind = _train_options()[name]
+    return [name] if kind == "flag" else [name, str(value)]
+
+
+def _extra_option_names(extra: Sequence[str]) -> list[str]:
+    """The option names in ``extra`` (values skipped, ``--opt=value`` cut at
+    ``=``).
+
+    Raises:
+        ValueError: for a word the training program would refuse: an unknown
+            option (or a flag given ``=value``), or a word in no option's
+            value position; the message lists the valid options.
+    """
+    options = _train_options()
+    names = []
+    i = 0
+    while i < len(extra):
+        word = extra[i]
+        name = word.split("=", 1)[0]
+        kind = options.get(name)
+        if kind is None or (kind == "flag" and "=" in word):
+            raise ValueError(
+                f"extra_args: unknown option {word!r} for the training program; "
+                f"valid options: {', '.join(options)}"
+            )
+        names.append(name)
+        i += 1 if kind == "flag" or "=" in word else 2
+    return names
 
 
 class TensorSpec(NamedTuple):
@@ -81,7 +127,7 @@ def _save_columns(
     for i, (name, array) in enumerate(columns):
         file = f"{stem}{i}.npy"
         np.save(workdir / file, np.ascontiguousarray(array))
-        args += [flag, file if name is None else f"{name}={file}"]
+        args += _train_arg(flag, file if name is None else f"{name}={file}")
     return args
 
 
@@ -447,7 +493,9 @@ class Program:
                 here take the place of ``shuffle``/``shuffle_seed``;
                 ``["--sample-assignment", "strided", "--buffer-sync",
                 "broadcast"]`` reproduces DistributedDataParallel with
-                ``DistributedSampler`` (README).
+                ``DistributedSampler`` (README). The options are those of
+                the program's own table (``./train --help``); any other word
+                raises ValueError.
             timeout: seconds before the run is killed (None: no limit).
             nan_policy: what a non-finite loss (on any rank) or gradient
                 norm does (``--nan-policy``): ``"stop"`` raises
@@ -464,7 +512,9 @@ class Program:
             RuntimeError: when called on an inference program, when the
                 program (or mpirun) fails, with its stderr, or when mpirun is
                 needed and not found.
-            ValueError: for mismatched data/labels or bad arguments.
+            ValueError: for mismatched data/labels or bad arguments, and for
+                ``extra_args`` naming an option the program does not take
+                (the message lists the valid ones) or ``--save``/``--log-json``.
             CompileError: when code generation or linking fails.
         """
         import onnx
@@ -491,6 +541,15 @@ class Program:
                 f"nan_policy must be 'stop', 'skip' or 'ignore', got {nan_policy!r}"
             )
 
+        extra = [str(a) for a in extra_args]
+        given = _extra_option_names(extra)
+        taken = [a for a in given if a in _TRAIN_OWN_OPTIONS]
+        if taken:
+            raise ValueError(
+                f"extra_args may not set {', '.join(sorted(set(taken)))}: train() "
+                "writes the log and the trained model itself (TrainResult.log, "
+                ".model); save result.model with onnx.save"
+            )
         with tempfile.TemporaryDirectory(prefix="ddpc-train-") as work:
             workdir = pathlib.Path(work)
             self.save(workdir / "train")
@@ -498,30 +557,16 @@ class Program:
             cmd = [
                 "./train",
                 *_save_columns(workdir, columns, "X", "--data"),
-                "--labels",
-                "Y.npy",
-                "--epochs",
-                str(int(epochs)),
-                "--log-json",
-                "steps.jsonl",
-                "--save",
-                "trained.onnx",
+                *_train_arg("--labels", "Y.npy"),
+                *_train_arg("--epochs", int(epochs)),
+                *_train_arg("--log-json", "steps.jsonl"),
+                *_train_arg("--save", "trained.onnx"),
             ]
-            extra = [str(a) for a in extra_args]
-            taken = [a for a in extra if a.split("=")[0] in ("--save", "--log-json")]
-            if taken:
-                raise ValueError(
-                    f"extra_args may not set {', '.join(sorted(set(taken)))}: train() "
-                    "writes the log and the trained model itself (TrainResult.log, "
-                    ".model); save result.model with onnx.save"
-                )
-            if not any(
-                a == "--no-shuffle" or a.startswith("--shuffle-seed") for a in extra
-            ):
+            if "--no-shuffle" not in given and "--shuffle-seed" not in given:
                 cmd += (
-                    ["--shuffle-seed", str(int(shuffle_seed))]
+                    _train_arg("--shuffle-seed", int(shuffle_seed))
                     if shuffle
-                    else ["--no-shuffle"]
+                    else _train_arg("--no-shuffle")
                 )
             if val_data is not None:
                 val_columns = _data_columns(val_data, "val_data")
@@ -529,9 +574,9 @@ class Program:
                 np.save(
                     workdir / "VY.npy", np.ascontiguousarray(np.asarray(val_labels))
                 )
-                cmd += ["--val-labels", "VY.npy"]
-            if not any(a.split("=")[0] == "--nan-policy" for a in extra):
-                cmd += ["--nan-policy", nan_policy]
+                cmd += _train_arg("--val-labels", "VY.npy")
+            if "--nan-policy" not in given:
+                cmd += _train_arg("--nan-policy", nan_policy)
             cmd += extra
             env = dict(os.environ)
             if int(ranks) > 1:
