@@ -8,6 +8,7 @@
 
 #include "ddpc/Driver/Driver.h"
 #include "ddpc/Runtime/ProgramOptions.h"
+#include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Target/CUDA/FatBinary.h"
 
 #include <nanobind/nanobind.h>
@@ -123,6 +124,26 @@ NB_MODULE(_ddpc, m) {
   m.attr("COMPILE_OK") = int(ddpc::kCompileOk);
   m.attr("COMPILE_ERROR") = int(ddpc::kCompileError);
   m.attr("COMPILE_UNSUPPORTED") = int(ddpc::kCompileUnsupported);
+
+  // The symbols a shared library (EmitKind.SharedLibrary) exports, from
+  // RuntimeSymbols.h: Python reads the model tables with ctypes by these
+  // names.
+  auto table = [](const ddpc::GlueTable &t) {
+    nb::dict d;
+    d["count"] = t.count.str();
+    d["names"] = t.names.str();
+    d["dtypes"] = t.dtypes.str();
+    d["ranks"] = t.ranks.str();
+    d["shapes"] = t.shapes.str();
+    return d;
+  };
+  nb::dict glue;
+  glue["model_name"] = ddpc::kGlueModelName.str();
+  glue["invoke"] = ddpc::kInvokeGlue.str();
+  glue["take_error"] = ddpc::kTakeErrorFn.str();
+  glue["input"] = table(ddpc::kGlueInputs);
+  glue["output"] = table(ddpc::kGlueOutputs);
+  m.attr("GLUE_SYMBOLS") = glue;
 
   nb::enum_<ddpc::EmitKind>(m, "EmitKind")
       .value("MLIR", ddpc::EmitKind::MLIR)

@@ -146,31 +146,30 @@ class _SharedModel:
 
     def __init__(self, path: str) -> None:
         self._lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
+        self._symbols = native().GLUE_SYMBOLS
         self.name = (
-            ctypes.c_char_p.in_dll(self._lib, "ddpc_model_name").value or b""
+            ctypes.c_char_p.in_dll(self._lib, self._symbols["model_name"]).value or b""
         ).decode()
         self.inputs = self._table("input")
         self.outputs = self._table("output")
-        self._invoke = self._lib.ddpc_invoke
+        self._invoke = getattr(self._lib, self._symbols["invoke"])
         self._invoke.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         self._invoke.restype = None
         # Run-time checks (ModelABI.h); linked in only when the model has
         # some (an index input).
-        self._take_error = getattr(self._lib, "ddpc_rt_take_error", None)
+        self._take_error = getattr(self._lib, self._symbols["take_error"], None)
         if self._take_error is not None:
             self._take_error.argtypes = []
             self._take_error.restype = ctypes.c_char_p
 
     def _table(self, kind: str) -> list[TensorSpec]:
-        lib = self._lib
-        count = ctypes.c_int32.in_dll(lib, f"ddpc_num_{kind}s").value
+        lib, sym = self._lib, self._symbols[kind]
+        count = ctypes.c_int32.in_dll(lib, sym["count"]).value
         slots = max(count, 1)  # the glue pads empty tables with one element
-        names = (ctypes.c_char_p * slots).in_dll(lib, f"ddpc_{kind}_names")
-        dtypes = (ctypes.c_int32 * slots).in_dll(lib, f"ddpc_{kind}_dtypes")
-        ranks = (ctypes.c_int32 * slots).in_dll(lib, f"ddpc_{kind}_ranks")
-        shapes = (ctypes.POINTER(ctypes.c_int64) * slots).in_dll(
-            lib, f"ddpc_{kind}_shapes"
-        )
+        names = (ctypes.c_char_p * slots).in_dll(lib, sym["names"])
+        dtypes = (ctypes.c_int32 * slots).in_dll(lib, sym["dtypes"])
+        ranks = (ctypes.c_int32 * slots).in_dll(lib, sym["ranks"])
+        shapes = (ctypes.POINTER(ctypes.c_int64) * slots).in_dll(lib, sym["shapes"])
         return [
             TensorSpec(
                 name=names[i].decode(),

@@ -75,6 +75,8 @@ constexpr llvm::StringLiteral kCountCheckHelper = "ddpc_check_count";
 /// runtime calls.
 constexpr llvm::StringLiteral kMainGraphFunc = "main_graph";
 constexpr llvm::StringLiteral kInvokeGlue = "ddpc_invoke";
+/// The run-time checks' first failure (ModelABI.h ddpc_rt_take_error).
+constexpr llvm::StringLiteral kTakeErrorFn = "ddpc_rt_take_error";
 /// The forward graph imported twice for training (training and inference
 /// mode), which ddpc-build-training-step replaces with the step's functions.
 constexpr llvm::StringLiteral kForwardTrainFunc = "forward_train";
