@@ -7,6 +7,8 @@
 
 #include "ddpc/Training/TrainOptions.h"
 
+#include "TrainingInternal.h"
+
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -28,9 +30,9 @@ std::string TrainOptions::validate() const {
     return "--loss (TrainConfig.loss) must be cross-entropy, mse or output, "
            "got '" +
            loss + "'";
-  if (optimizer != "sgd" && optimizer != "adamw")
-    return "--optimizer (TrainConfig.optimizer) must be sgd or adamw, got '" +
-           optimizer + "'";
+  if (!training::findOptimizer(optimizer))
+    return "--optimizer (TrainConfig.optimizer) must be " +
+           training::optimizerNames(" or ") + ", got '" + optimizer + "'";
   // Options of the other optimizer: torch.optim refuses them (TypeError);
   // taking them silently would train something other than what was asked.
   if (optimizer == "adamw" && (momentum != 0 || dampening != 0 || nesterov))

@@ -1,19 +1,22 @@
-//===- TrainingStep.cpp - Training-step synthesis -------------------------===//
+//===- TrainingStep.cpp - Training-step assembly --------------------------===//
 //
-// Part of ddpc.
+// Part of ddpc. Assembles the TrainABI functions (@train_micro, @apply,
+// @grad_norm, @eval) from the forward functions, the loss (Loss.cpp), the
+// VJP (Autodiff.cpp) and the optimizer (Optimizers.cpp); and the VJP form of
+// an inference model for gradient checks.
 //
 //===----------------------------------------------------------------------===//
 
-#include "ddpc/Training/TrainingStep.h"
-#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
+#include "TrainingInternal.h"
 
-#include "ddpc/Import/ONNX/TensorBuilders.h"
 #include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Training/Autodiff.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
 
 using namespace mlir;
 
@@ -83,159 +86,7 @@ LogicalResult makeVJPFunction(func::FuncOp func, std::string &error) {
   return success();
 }
 
-} // namespace ddpc
-
-//===----------------------------------------------------------------------===//
-// Training functions
-//===----------------------------------------------------------------------===//
-
-#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/IR/IRMapping.h"
-#include "llvm/Support/FormatVariadic.h"
-
-#include <cstdio>
-#include <cstdlib>
-
-namespace ddpc {
-namespace {
-
-using BodyFn = std::function<Value(OpBuilder &, Location, ValueRange)>;
-
-Value ew(OpBuilder &b, Location loc, ValueRange ins, ArrayRef<int64_t> shape,
-         Type elem, const BodyFn &fn) {
-  return buildElementwise(
-      b, loc, ins, shape, elem,
-      [&](OpBuilder &nb, Location l, ValueRange a) { return fn(nb, l, a); });
-}
-
-RankedTensorType ttype(Value v) { return cast<RankedTensorType>(v.getType()); }
-
-StringRef role(func::FuncOp f, unsigned arg) {
-  auto r = f.getArgAttrOfType<StringAttr>(arg, attrs::kRole);
-  return r ? r.getValue() : StringRef();
-}
-StringRef resultRole(func::FuncOp f, unsigned res) {
-  auto r = f.getResultAttrOfType<StringAttr>(res, attrs::kRole);
-  return r ? r.getValue() : StringRef();
-}
-StringRef argName(func::FuncOp f, unsigned arg) {
-  return f.getArgAttrOfType<StringAttr>(arg, attrs::kName).getValue();
-}
-
-/// Clones `fn`'s body into the current block with its arguments mapped to
-/// `args`; returns the values it returns.
-SmallVector<Value> inlineBody(OpBuilder &b, func::FuncOp fn, ValueRange args) {
-  IRMapping mapping;
-  Block &body = fn.getBody().front();
-  for (auto [from, to] : llvm::zip(body.getArguments(), args))
-    mapping.map(from, to);
-  for (Operation &op : body.without_terminator())
-    b.clone(op, mapping);
-  SmallVector<Value> results;
-  for (Value v : body.getTerminator()->getOperands())
-    results.push_back(mapping.lookupOrDefault(v));
-  return results;
-}
-
-/// Per-sample softmax cross-entropy pieces for logits [B, C], labels [B].
-struct CrossEntropy {
-  Value sampleLoss; // f32 [B]
-  Value correct;    // i64 [B] (1 when argmax == label)
-  Value gradLogits; // f32 [B, C]: (softmax - onehot) / B
-};
-
-CrossEntropy crossEntropy(OpBuilder &b, Location loc, Value logits,
-                          Value labels) {
-  auto lt = ttype(logits);
-  int64_t B = lt.getDimSize(0), C = lt.getDimSize(1);
-  Type f = lt.getElementType();
-  Type i64 = b.getI64Type();
-  Value m =
-      buildReduction(b, loc, logits, {1}, true, lowestAttr(f, false),
-                     [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                       return arith::MaximumFOp::create(nb, l, a[0], a[1]);
-                     });
-  Value e = ew(b, loc, ValueRange{logits, m}, {B, C}, f,
-               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                 return math::ExpOp::create(
-                     nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
-               });
-  Value s =
-      buildReduction(b, loc, e, {1}, true, scalarAttr(f, 0.0),
-                     [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                       return arith::AddFOp::create(nb, l, a[0], a[1]);
-                     });
-  // Label as an index, clamped to [0, C) so bad labels cannot read out of
-  // bounds (the runtime validates labels before training).
-  auto clampLabel = [C](OpBuilder &nb, Location l, Value lab) -> Value {
-    Value zero = arith::ConstantIntOp::create(nb, l, lab.getType(), 0);
-    Value hi = arith::ConstantIntOp::create(nb, l, lab.getType(), C - 1);
-    lab = arith::MaxSIOp::create(nb, l, lab, zero);
-    return arith::MinSIOp::create(nb, l, lab, hi);
-  };
-  Value m1 = buildReshape(b, loc, m, {B});
-  Value s1 = buildReshape(b, loc, s, {B});
-  MLIRContext *ctx = b.getContext();
-  auto d0 = getAffineDimExpr(0, ctx);
-  AffineMap id1 = AffineMap::get(1, 0, {d0}, ctx);
-  // sample_loss[b] = log(s[b]) + m[b] - logits[b, label[b]]
-  Value sampleLoss = buildGeneric(
-      b, loc, ValueRange{m1, s1, labels}, {id1, id1, id1}, {B}, f, 0,
-      std::nullopt, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value lab = clampLabel(nb, l, a[2]);
-        Value idx = arith::IndexCastOp::create(nb, l, nb.getIndexType(), lab);
-        Value row = linalg::IndexOp::create(nb, l, 0);
-        Value picked = tensor::ExtractOp::create(nb, l, logits, {row, idx});
-        Value lse = arith::AddFOp::create(
-            nb, l, math::LogOp::create(nb, l, a[1]), a[0]);
-        return arith::SubFOp::create(nb, l, lse, picked);
-      });
-  // argmax (first maximal index) == label
-  Value argmaxInit = arith::ConstantOp::create(
-      b, loc,
-      DenseElementsAttr::get(RankedTensorType::get({B}, i64),
-                             b.getI64IntegerAttr(C)));
-  (void)argmaxInit;
-  AffineMap id2 = AffineMap::getMultiDimIdentityMap(2, ctx);
-  AffineMap row2 = AffineMap::get(2, 0, {d0}, ctx);
-  Value argmax = buildGeneric(
-      b, loc, ValueRange{logits, m1}, {id2, row2}, {B}, i64, 1,
-      TypedAttr(b.getI64IntegerAttr(C)),
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value c = arith::IndexCastOp::create(nb, l, nb.getI64Type(),
-                                             linalg::IndexOp::create(nb, l, 1));
-        Value isMax =
-            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, a[0], a[1]);
-        Value better = arith::MinSIOp::create(nb, l, a[2], c);
-        return arith::SelectOp::create(nb, l, isMax, better, a[2]);
-      });
-  Value correct = buildGeneric(
-      b, loc, ValueRange{argmax, labels}, {id1, id1}, {B}, i64, 0, std::nullopt,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value eq =
-            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, a[0], a[1]);
-        return arith::ExtUIOp::create(nb, l, nb.getI64Type(), eq);
-      });
-  // d logits = (e / s - onehot(label)) / B
-  Value grad = buildGeneric(
-      b, loc, ValueRange{e, s1, labels}, {id2, row2, row2}, {B, C}, f, 0,
-      std::nullopt, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value p = arith::DivFOp::create(nb, l, a[0], a[1]);
-        Value c = arith::IndexCastOp::create(nb, l, nb.getI64Type(),
-                                             linalg::IndexOp::create(nb, l, 1));
-        Value hit = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, c,
-                                          clampLabel(nb, l, a[2]));
-        Value one = scalarConst(nb, l, f, 1.0),
-              zero = scalarConst(nb, l, f, 0.0);
-        Value d = arith::SubFOp::create(
-            nb, l, p, arith::SelectOp::create(nb, l, hit, one, zero));
-        return arith::DivFOp::create(nb, l, d, scalarConst(nb, l, f, B));
-      });
-  return {sampleLoss, correct, grad};
-}
+namespace training {
 
 Value sumAll(OpBuilder &b, Location loc, Value x) {
   auto t = ttype(x);
@@ -263,15 +114,37 @@ Value scaleTensor(OpBuilder &b, Location loc, Value x, double s) {
             });
 }
 
-/// Shortest round-trippable text of a hyper-parameter (%.17g trimmed).
-std::string fmtNum(double v) {
-  char buf[64];
-  for (int prec = 6; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
-    if (std::strtod(buf, nullptr) == v)
-      break;
-  }
-  return buf;
+} // namespace training
+
+using namespace training;
+
+namespace {
+
+StringRef role(func::FuncOp f, unsigned arg) {
+  auto r = f.getArgAttrOfType<StringAttr>(arg, attrs::kRole);
+  return r ? r.getValue() : StringRef();
+}
+StringRef resultRole(func::FuncOp f, unsigned res) {
+  auto r = f.getResultAttrOfType<StringAttr>(res, attrs::kRole);
+  return r ? r.getValue() : StringRef();
+}
+StringRef argName(func::FuncOp f, unsigned arg) {
+  return f.getArgAttrOfType<StringAttr>(arg, attrs::kName).getValue();
+}
+
+/// Clones `fn`'s body into the current block with its arguments mapped to
+/// `args`; returns the values it returns.
+SmallVector<Value> inlineBody(OpBuilder &b, func::FuncOp fn, ValueRange args) {
+  IRMapping mapping;
+  Block &body = fn.getBody().front();
+  for (auto [from, to] : llvm::zip(body.getArguments(), args))
+    mapping.map(from, to);
+  for (Operation &op : body.without_terminator())
+    b.clone(op, mapping);
+  SmallVector<Value> results;
+  for (Value v : body.getTerminator()->getOperands())
+    results.push_back(mapping.lookupOrDefault(v));
+  return results;
 }
 
 void setNames(func::FuncOp f, ArrayRef<std::string> argNames,
@@ -423,52 +296,14 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   auto outType = cast<RankedTensorType>(fty.getResult(outIdx));
 
   // Labels.
-  RankedTensorType labelType;
-  if ((opts.loss == "cross-entropy" || opts.loss == "mse") &&
-      (outType.getRank() == 0 || outType.getDimSize(0) != B)) {
-    std::string shape;
-    for (int64_t d : outType.getShape())
-      shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    error = "--loss " + opts.loss + ": the first output has shape [" + shape +
-            "], but its leading dimension must be the per-rank batch (" +
-            std::to_string(B) + ", the data inputs')";
-    // A scalar first output is usually the model's own loss, its labels
-    // one of the inputs.
-    if (outType.getRank() == 0)
-      error += "; if it is the loss and a graph input holds the labels, use "
-               "--loss output --label-input NAME";
+  RankedTensorType labelInputType;
+  if (labelArg >= 0 && opts.loss == "output")
+    labelInputType = cast<RankedTensorType>(fty.getInput(labelArg));
+  FailureOr<RankedTensorType> labelTypeOr =
+      labelTypeForLoss(opts, outType, B, labelInputType, info, error);
+  if (failed(labelTypeOr))
     return failure();
-  }
-  if (opts.loss == "cross-entropy") {
-    if (outType.getRank() != 2 || !outType.getElementType().isF32()) {
-      error = "--loss cross-entropy needs float32 logits [batch, classes]; "
-              "the first output has another shape";
-      return failure();
-    }
-    labelType = RankedTensorType::get({B}, i64);
-    info.classification = true;
-    info.labelDType = 7;
-    info.numClasses = outType.getDimSize(1);
-  } else if (opts.loss == "mse") {
-    labelType = outType;
-    info.classification = false;
-    info.labelDType = 1;
-  } else if (opts.loss == "output") {
-    if (outType.getRank() != 0) {
-      error = "--loss output needs a scalar first output";
-      return failure();
-    }
-    if (labelArg >= 0)
-      labelType = cast<RankedTensorType>(fty.getInput(labelArg));
-    else
-      labelType = RankedTensorType::get({B}, i64);
-    info.classification = false;
-    info.labelDType = 7;
-  } else {
-    error = "unknown --loss '" + opts.loss +
-            "' (supported: cross-entropy, mse, output)";
-    return failure();
-  }
+  RankedTensorType labelType = *labelTypeOr;
 
   SmallVector<Type> paramTypes, bufferTypes;
   for (unsigned i : paramIdx) {
@@ -548,33 +383,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       fwdArgs[rngArg] = entry->getArgument(2 * P + NB + D + 1);
     SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
     Value out = fwdRes[outIdx];
-    Value loss, correct, seed;
-    if (opts.loss == "cross-entropy") {
-      CrossEntropy ce = crossEntropy(fb, loc, out, labels);
-      loss = scaleTensor(fb, loc, sumAll(fb, loc, ce.sampleLoss), 1.0 / B);
-      correct = sumAll(fb, loc, ce.correct);
-      seed = ce.gradLogits;
-    } else if (opts.loss == "mse") {
-      int64_t n = outType.getNumElements();
-      Value diff = ew(fb, loc, ValueRange{out, labels}, outType.getShape(), f32,
-                      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                        return arith::SubFOp::create(nb, l, a[0], a[1]);
-                      });
-      Value sq = ew(fb, loc, diff, outType.getShape(), f32,
-                    [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                      return arith::MulFOp::create(nb, l, a[0], a[0]);
-                    });
-      loss = scaleTensor(fb, loc, sumAll(fb, loc, sq), 1.0 / n);
-      seed = scaleTensor(fb, loc, diff, 2.0 / n);
-      correct = arith::ConstantOp::create(
-          fb, loc, DenseElementsAttr::get(scalarI, fb.getI64IntegerAttr(0)));
-    } else {
-      loss = out;
-      seed = arith::ConstantOp::create(
-          fb, loc, DenseElementsAttr::get(scalarF, fb.getF32FloatAttr(1.0f)));
-      correct = arith::ConstantOp::create(
-          fb, loc, DenseElementsAttr::get(scalarI, fb.getI64IntegerAttr(0)));
-    }
+    auto [loss, correct, seed] =
+        buildMicroBatchLoss(fb, loc, opts.loss, out, labels, B);
     SmallVector<Value> wrt;
     for (unsigned j = 0; j < P; ++j)
       wrt.push_back(entry->getArgument(j));
@@ -631,25 +441,15 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   //===------------------------------------------------------------------===//
   // @apply(params, opt_state, grad_acc, lr, step, grad_scale)
   //     -> (new_params, new_opt_state)
-  bool adamw = opts.optimizer == "adamw";
-  if (!adamw && opts.optimizer != "sgd") {
-    error =
-        "unknown --optimizer '" + opts.optimizer + "' (supported: sgd, adamw)";
+  const Optimizer *optimizer = findOptimizer(opts.optimizer);
+  if (!optimizer) {
+    error = "unknown --optimizer '" + opts.optimizer +
+            "' (supported: " + optimizerNames(", ") + ")";
     return failure();
   }
-  int S = adamw ? 2 : (opts.momentum != 0.0 ? 1 : 0);
+  int S = optimizer->stateSlots(opts);
   info.optSlots = S;
-  if (adamw)
-    info.optimizerDesc = "adamw lr=" + fmtNum(opts.lr) + " betas=(" +
-                         fmtNum(opts.beta1) + "," + fmtNum(opts.beta2) +
-                         ") eps=" + fmtNum(opts.eps) +
-                         " weight_decay=" + fmtNum(opts.weightDecay);
-  else
-    info.optimizerDesc = "sgd lr=" + fmtNum(opts.lr) +
-                         " momentum=" + fmtNum(opts.momentum) +
-                         " dampening=" + fmtNum(opts.dampening) +
-                         " nesterov=" + (opts.nesterov ? "1" : "0") +
-                         " weight_decay=" + fmtNum(opts.weightDecay);
+  info.optimizerDesc = optimizer->describe(opts);
   {
     SmallVector<Type> ins, outs;
     ins.append(paramTypes);
@@ -673,122 +473,18 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     Value step = entry->getArgument(base + P + 1);
     Value gradScale = entry->getArgument(base + P + 2);
     SmallVector<Value> newParams, newState;
-    double wd = opts.weightDecay, mom = opts.momentum, damp = opts.dampening;
-    double b1 = opts.beta1, b2 = opts.beta2, eps = opts.eps;
-    bool nesterov = opts.nesterov;
     for (unsigned j = 0; j < P; ++j) {
       Value p = entry->getArgument(j);
       Value g = entry->getArgument(base + j);
       fn.setArgAttr(base + j, attrs::kRole, fb.getStringAttr("grad_acc"));
-      auto shape = ttype(p).getShape();
       // g = grad_acc * grad_scale (mean over ranks and micro-batches)
-      g = ew(fb, loc, ValueRange{g, gradScale}, shape, f32,
+      g = ew(fb, loc, ValueRange{g, gradScale}, ttype(p).getShape(), f32,
              [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                return arith::MulFOp::create(nb, l, a[0], a[1]);
              });
-      if (!adamw) {
-        if (wd != 0.0)
-          g = ew(fb, loc, ValueRange{g, p}, shape, f32,
-                 [wd](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                   Value w = scalarConst(nb, l, a[0].getType(), wd);
-                   return arith::AddFOp::create(
-                       nb, l, a[0], arith::MulFOp::create(nb, l, w, a[1]));
-                 });
-        Value update = g;
-        if (S == 1) {
-          Value buf = entry->getArgument(P + j);
-          // torch: buf = g on the first step, else mom*buf + (1-damp)*g.
-          Value nbuf =
-              ew(fb, loc, ValueRange{buf, g, step}, shape, f32,
-                 [mom, damp](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                   Type t = a[0].getType();
-                   Value later = arith::AddFOp::create(
-                       nb, l,
-                       arith::MulFOp::create(nb, l, scalarConst(nb, l, t, mom),
-                                             a[0]),
-                       arith::MulFOp::create(
-                           nb, l, scalarConst(nb, l, t, 1.0 - damp), a[1]));
-                   Value first = arith::CmpIOp::create(
-                       nb, l, arith::CmpIPredicate::sle, a[2],
-                       arith::ConstantIntOp::create(nb, l, a[2].getType(), 1));
-                   return arith::SelectOp::create(nb, l, first, a[1], later);
-                 });
-          newState.push_back(nbuf);
-          update =
-              nesterov
-                  ? ew(fb, loc, ValueRange{g, nbuf}, shape, f32,
-                       [mom](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                         return arith::AddFOp::create(
-                             nb, l, a[0],
-                             arith::MulFOp::create(
-                                 nb, l, scalarConst(nb, l, a[0].getType(), mom),
-                                 a[1]));
-                       })
-                  : nbuf;
-        }
-        newParams.push_back(
-            ew(fb, loc, ValueRange{p, update, lr}, shape, f32,
-               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                 return arith::SubFOp::create(
-                     nb, l, a[0], arith::MulFOp::create(nb, l, a[2], a[1]));
-               }));
-        continue;
-      }
-      // AdamW.
-      Value m = entry->getArgument(P + 2 * j),
-            v = entry->getArgument(P + 2 * j + 1);
-      Value nm = ew(
-          fb, loc, ValueRange{m, g}, shape, f32,
-          [b1](OpBuilder &nb, Location l, ValueRange a) -> Value {
-            Type t = a[0].getType();
-            return arith::AddFOp::create(
-                nb, l,
-                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b1), a[0]),
-                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, 1.0 - b1),
-                                      a[1]));
-          });
-      Value nv = ew(
-          fb, loc, ValueRange{v, g}, shape, f32,
-          [b2](OpBuilder &nb, Location l, ValueRange a) -> Value {
-            Type t = a[0].getType();
-            Value g2 = arith::MulFOp::create(nb, l, a[1], a[1]);
-            return arith::AddFOp::create(
-                nb, l,
-                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, b2), a[0]),
-                arith::MulFOp::create(nb, l, scalarConst(nb, l, t, 1.0 - b2),
-                                      g2));
-          });
-      Value np = ew(
-          fb, loc, ValueRange{p, nm, nv, lr, step}, shape, f32,
-          [b1, b2, eps, wd](OpBuilder &nb, Location l, ValueRange a) -> Value {
-            Type t = a[0].getType();
-            auto c = [&](double x) { return scalarConst(nb, l, t, x); };
-            Value lrv = a[3];
-            Value stepF = arith::SIToFPOp::create(nb, l, t, a[4]);
-            Value bc1 = arith::SubFOp::create(
-                nb, l, c(1.0), math::PowFOp::create(nb, l, c(b1), stepF));
-            Value bc2 = arith::SubFOp::create(
-                nb, l, c(1.0), math::PowFOp::create(nb, l, c(b2), stepF));
-            // p * (1 - lr*wd)
-            Value decayed = arith::MulFOp::create(
-                nb, l, a[0],
-                arith::SubFOp::create(
-                    nb, l, c(1.0), arith::MulFOp::create(nb, l, lrv, c(wd))));
-            Value denom = arith::AddFOp::create(
-                nb, l,
-                arith::DivFOp::create(nb, l, math::SqrtOp::create(nb, l, a[2]),
-                                      math::SqrtOp::create(nb, l, bc2)),
-                c(eps));
-            Value stepSize = arith::DivFOp::create(nb, l, lrv, bc1);
-            return arith::SubFOp::create(
-                nb, l, decayed,
-                arith::MulFOp::create(
-                    nb, l, stepSize,
-                    arith::DivFOp::create(nb, l, a[1], denom)));
-          });
-      newParams.push_back(np);
-      newState.push_back(nm);
-      newState.push_back(nv);
+      ValueRange state = entry->getArguments().slice(P + S * j, S);
+      newParams.push_back(
+          optimizer->update(fb, loc, opts, p, g, state, lr, step, newState));
     }
     SmallVector<Value> results(newParams);
     results.append(newState);
@@ -798,9 +494,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       argNames.push_back(s.name);
     for (const auto &s : info.params)
       for (int k = 0; k < S; ++k)
-        stateNames.push_back(
-            (adamw ? (k ? "exp_avg_sq." : "exp_avg.") : "momentum_buffer.") +
-            s.name);
+        stateNames.push_back(optimizer->slotNames[k] + s.name);
     argNames.append(stateNames.begin(), stateNames.end());
     for (const auto &s : info.params)
       argNames.push_back("grad_acc." + s.name);
@@ -877,9 +571,9 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     ins.append(dataTypes.begin(), dataTypes.end());
     ins.push_back(labelType);
     auto vecF = RankedTensorType::get({B}, f32);
-    auto vecI = RankedTensorType::get({B}, i64);
-    auto fn = func::FuncOp::create(b, loc, kEvalFunc,
-                                   b.getFunctionType(ins, {vecF, vecI}));
+    auto fn = func::FuncOp::create(
+        b, loc, kEvalFunc,
+        b.getFunctionType(ins, {vecF, RankedTensorType::get({B}, i64)}));
     Block *entry = fn.addEntryBlock();
     OpBuilder fb = OpBuilder::atBlockBegin(entry);
     SmallVector<Value> fwdArgs(evalType.getNumInputs());
@@ -894,41 +588,8 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       fwdArgs[labelArg] = labels;
     SmallVector<Value> fwdRes = inlineBody(fb, fwdEval, fwdArgs);
     Value out = fwdRes[outIdx];
-    Value sampleLoss, correct;
-    if (opts.loss == "cross-entropy") {
-      CrossEntropy ce = crossEntropy(fb, loc, out, labels);
-      sampleLoss = ce.sampleLoss;
-      correct = ce.correct;
-    } else {
-      // Per-sample loss: mse over each sample's elements; "output": the
-      // scalar loss for every sample.
-      Value perSample;
-      if (opts.loss == "mse") {
-        auto ot = ttype(out);
-        int64_t per = ot.getNumElements() / B;
-        Value sq = ew(fb, loc, ValueRange{out, labels}, ot.getShape(), f32,
-                      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                        Value d = arith::SubFOp::create(nb, l, a[0], a[1]);
-                        return arith::MulFOp::create(nb, l, d, d);
-                      });
-        Value flat = buildReshape(fb, loc, sq, {B, per});
-        perSample = scaleTensor(
-            fb, loc,
-            buildReduction(
-                fb, loc, flat, {1}, false, scalarAttr(f32, 0.0),
-                [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                  return arith::AddFOp::create(nb, l, a[0], a[1]);
-                }),
-            1.0 / per);
-      } else {
-        perSample =
-            ew(fb, loc, out, {B}, f32,
-               [](OpBuilder &, Location, ValueRange a) { return a[0]; });
-      }
-      sampleLoss = perSample;
-      correct = arith::ConstantOp::create(
-          fb, loc, DenseElementsAttr::get(vecI, fb.getI64IntegerAttr(0)));
-    }
+    auto [sampleLoss, correct] =
+        buildPerSampleLoss(fb, loc, opts.loss, out, labels, B);
     func::ReturnOp::create(fb, loc, ValueRange{sampleLoss, correct});
     SmallVector<std::string> argNames;
     for (const auto &s : info.params)
