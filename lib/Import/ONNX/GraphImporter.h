@@ -154,6 +154,14 @@ bool isTrainableSlot(const onnx::NodeProto &node, int i);
 llvm::StringSet<> lossDependencies(const onnx::GraphProto &graph);
 /// Whether `node` has a float result in `deps` (lossDependencies).
 bool reachesLoss(const onnx::NodeProto &node, const llvm::StringSet<> &deps);
+/// Training imports (ImportOptions::parameterize): the float initializers
+/// that become arguments, as (name, "param" | "buffer"), parameters first,
+/// in initializer order (Parameters.cpp says which and why). Fails through
+/// `gi.fail` on a running statistic holding inf/nan or a bad --freeze name.
+mlir::FailureOr<llvm::SmallVector<std::pair<std::string, llvm::StringRef>>>
+selectStateArguments(GraphImporter &gi, const onnx::GraphProto &graph,
+                     const ImportOptions &options,
+                     const llvm::StringSet<> &initNames);
 
 /// Op importers by ONNX op type (default domain).
 class OpRegistry {

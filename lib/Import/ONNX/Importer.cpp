@@ -123,17 +123,6 @@ const onnx::AttributeProto *NodeContext::attr(StringRef name) const {
   return nullptr;
 }
 
-/// Whether a float tensor holds an inf or a nan.
-static bool holdsNonFinite(DenseElementsAttr attr) {
-  if (!attr || !isa<FloatType>(attr.getElementType()))
-    return false;
-  if (attr.getElementType().isF32())
-    return llvm::any_of(attr.getValues<float>(),
-                        [](float v) { return !std::isfinite(v); });
-  return llvm::any_of(attr.getValues<APFloat>(),
-                      [](const APFloat &v) { return !v.isFinite(); });
-}
-
 /// AttributeProto.AttributeType as the ONNX spec names it.
 static std::string attributeTypeName(int type) {
   using A = onnx::AttributeProto;
@@ -795,90 +784,6 @@ static LogicalResult checkArity(NodeContext &ctx) {
   return success();
 }
 
-namespace onnx_import {
-
-/// Whether node `n` has only integer or boolean results (Shape, comparisons,
-/// ArgMax, a Cast to an integer type): it passes no gradient back.
-static bool hasIntegerResults(const onnx::NodeProto &n) {
-  StringRef op = n.op_type();
-  if (op == "Cast" || op == "CastLike")
-    for (const auto &a : n.attribute())
-      if (a.name() == "to")
-        return !isFloatDType(a.i());
-  return llvm::is_contained({"Shape", "Size", "Equal", "Less", "LessOrEqual",
-                             "Greater", "GreaterOrEqual", "Not", "And", "Or",
-                             "Xor", "IsNaN", "IsInf", "ArgMax", "ArgMin",
-                             "NonZero"},
-                            op);
-}
-
-/// Index and shape operands (Gather's indices, Where's condition,
-/// Reshape's shape, ...): they receive no gradient.
-static bool isIndexSlot(const onnx::NodeProto &n, int i) {
-  StringRef op = n.op_type();
-  if (op == "Where")
-    return i == 0;
-  // Pad's constant_value (input 2) is configuration, as PyTorch's pad value
-  // (a Python float) is.
-  return i >= 1 && llvm::is_contained({"Gather",
-                                       "GatherElements",
-                                       "GatherND",
-                                       "Reshape",
-                                       "Expand",
-                                       "Slice",
-                                       "Tile",
-                                       "Squeeze",
-                                       "Unsqueeze",
-                                       "ReduceSum",
-                                       "ReduceMean",
-                                       "ReduceMax",
-                                       "ReduceMin",
-                                       "ReduceProd",
-                                       "ReduceSumSquare",
-                                       "ReduceL1",
-                                       "ReduceL2",
-                                       "ReduceLogSum",
-                                       "ReduceLogSumExp",
-                                       "TopK",
-                                       "OneHot",
-                                       "Split",
-                                       "Pad",
-                                       "Trilu",
-                                       "CumSum",
-                                       "CumProd"},
-                                      op);
-}
-
-llvm::StringSet<> lossDependencies(const onnx::GraphProto &graph) {
-  // The nodes are in topological order (ONNX IR spec, "Graphs"), so one
-  // reverse sweep from the first output finds them, through float values
-  // only.
-  llvm::StringSet<> deps;
-  if (graph.output_size() > 0)
-    deps.insert(graph.output(0).name());
-  for (int n = graph.node_size() - 1; n >= 0; --n) {
-    const auto &node = graph.node(n);
-    if (!reachesLoss(node, deps))
-      continue;
-    for (int i = 0; i < node.input_size(); ++i)
-      if (isTrainableSlot(node, i))
-        deps.insert(node.input(i));
-  }
-  return deps;
-}
-
-bool reachesLoss(const onnx::NodeProto &node, const llvm::StringSet<> &deps) {
-  return !hasIntegerResults(node) &&
-         llvm::any_of(node.output(),
-                      [&](const std::string &o) { return deps.contains(o); });
-}
-
-bool isTrainableSlot(const onnx::NodeProto &node, int i) {
-  return !isConfigurationSlot(node, i) && !isIndexSlot(node, i);
-}
-
-} // namespace onnx_import
-
 /// Binds every dimension of a graph input; fills `shape` or reports which
 /// dimension is unbound.
 static LogicalResult bindInputShape(GraphImporter &gi,
@@ -955,6 +860,71 @@ static LogicalResult runOnnxChecks(GraphImporter &gi, onnx::ModelProto &model,
       msg = msg.substr(0, nl);
     return gi.fail(ImportErrorKind::Invalid,
                    "invalid model: ONNX checker: " + msg);
+  }
+  return success();
+}
+
+/// The shape options checked against the graph: --batch-size must change
+/// some graph input's leading dimension (`argInfos`: the non-initializer
+/// inputs), every --dim must name a symbolic dimension and every
+/// --bind-input a graph input. Fails through `gi.fail`.
+static LogicalResult
+checkShapeOptions(GraphImporter &gi, const onnx::GraphProto &graph,
+                  const ImportOptions &options,
+                  ArrayRef<const onnx::ValueInfoProto *> argInfos) {
+  // --batch-size must change something: when every graph input's leading
+  // dimension is a fixed number, a different value would be silently
+  // ignored (and the per-rank batch of a training program not the one
+  // asked for).
+  if (options.batchSize && !argInfos.empty()) {
+    bool anyFree = false;
+    std::string fixed;
+    for (const onnx::ValueInfoProto *vi : argInfos) {
+      const auto &dims = vi->type().tensor_type().shape().dim();
+      if (dims.empty())
+        continue;
+      if (!dims[0].has_dim_value() || dims[0].dim_value() < 0)
+        anyFree = true;
+      else if (dims[0].dim_value() != *options.batchSize && fixed.empty())
+        fixed =
+            "'" + vi->name() + "' has " + std::to_string(dims[0].dim_value());
+    }
+    if (!anyFree && !fixed.empty()) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--batch-size " + Twine(*options.batchSize) +
+                        " cannot apply: the leading dimension of every graph "
+                        "input is fixed (" +
+                        fixed +
+                        "); drop --batch-size, or re-export the model with "
+                        "a symbolic batch dimension");
+      return failure();
+    }
+  }
+
+  // Every --dim must name a symbolic dimension of some graph input.
+  for (const auto &kv : options.dims) {
+    bool found = false;
+    for (const auto &vi : graph.input())
+      for (const auto &d : vi.type().tensor_type().shape().dim())
+        found |= d.has_dim_param() && d.dim_param() == kv.first;
+    if (!found) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--dim " + kv.first +
+                        ": no graph input has a symbolic dimension of that "
+                        "name");
+      return failure();
+    }
+  }
+  for (const auto &kv : options.boundInputs) {
+    bool found = false;
+    for (const auto &vi : graph.input())
+      found |= vi.name() == kv.first;
+    if (!found) {
+      (void)gi.fail(ImportErrorKind::Invalid,
+                    "--bind-input " + kv.first +
+                        ": the graph has no input of that name");
+      return failure();
+    }
   }
   return success();
 }
@@ -1134,134 +1104,16 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     argInfos.push_back(&vi);
   }
 
-  // --batch-size must change something: when every graph input's leading
-  // dimension is a fixed number, a different value would be silently
-  // ignored (and the per-rank batch of a training program not the one
-  // asked for).
-  if (options.batchSize && !argInfos.empty()) {
-    bool anyFree = false;
-    std::string fixed;
-    for (const onnx::ValueInfoProto *vi : argInfos) {
-      const auto &dims = vi->type().tensor_type().shape().dim();
-      if (dims.empty())
-        continue;
-      if (!dims[0].has_dim_value() || dims[0].dim_value() < 0)
-        anyFree = true;
-      else if (dims[0].dim_value() != *options.batchSize && fixed.empty())
-        fixed =
-            "'" + vi->name() + "' has " + std::to_string(dims[0].dim_value());
-    }
-    if (!anyFree && !fixed.empty()) {
-      (void)gi.fail(ImportErrorKind::Invalid,
-                    "--batch-size " + Twine(*options.batchSize) +
-                        " cannot apply: the leading dimension of every graph "
-                        "input is fixed (" +
-                        fixed +
-                        "); drop --batch-size, or re-export the model with "
-                        "a symbolic batch dimension");
-      return nullptr;
-    }
-  }
-
-  // Every --dim must name a symbolic dimension of some graph input.
-  for (const auto &kv : options.dims) {
-    bool found = false;
-    for (const auto &vi : graph.input())
-      for (const auto &d : vi.type().tensor_type().shape().dim())
-        found |= d.has_dim_param() && d.dim_param() == kv.first;
-    if (!found) {
-      (void)gi.fail(ImportErrorKind::Invalid,
-                    "--dim " + kv.first +
-                        ": no graph input has a symbolic dimension of that "
-                        "name");
-      return nullptr;
-    }
-  }
-  for (const auto &kv : options.boundInputs) {
-    bool found = false;
-    for (const auto &vi : graph.input())
-      found |= vi.name() == kv.first;
-    if (!found) {
-      (void)gi.fail(ImportErrorKind::Invalid,
-                    "--bind-input " + kv.first +
-                        ": the graph has no input of that name");
-      return nullptr;
-    }
-  }
+  if (failed(checkShapeOptions(gi, graph, options, argInfos)))
+    return nullptr;
 
   // Training: float initializers become parameter or buffer arguments.
   SmallVector<std::pair<std::string, StringRef>> stateArgs; // (name, role)
   if (options.parameterize) {
-    llvm::StringSet<> frozen;
-    for (const auto &f : options.frozen)
-      frozen.insert(f);
-    for (const auto &node : graph.node())
-      for (int i = 0; i < node.input_size(); ++i)
-        if (isRunningStatisticSlot(node, i))
-          gi.bufferNames.insert(node.input(i));
-    // Initializers read only at non-differentiable inputs (Dropout's ratio,
-    // Clip's bounds, Pow's exponent) stay constants: they configure ops.
-    // (separateInitializerRoles has given an initializer used in several
-    // roles one copy per role.)
-    auto configSlot = isConfigurationSlot;
-    llvm::StringSet<> differentiableUse;
-    for (const auto &node : graph.node())
-      for (int i = 0; i < node.input_size(); ++i)
-        if (!configSlot(node, i))
-          differentiableUse.insert(node.input(i));
-    // Values the first graph output (the loss, or what the loss is computed
-    // from) depends on, through differentiable inputs: the nodes are in
-    // topological order (ONNX IR spec, "Graphs"), so one reverse sweep
-    // finds them. An initializer outside this set gets no gradient; like
-    // PyTorch, which skips parameters whose .grad is None (no update, no
-    // weight decay), it stays a constant. Nodes with subgraphs (If, Loop,
-    // Scan) may read outer values implicitly: then every initializer counts.
-    bool implicitReads = false;
-    for (const auto &node : graph.node())
-      for (const auto &attr : node.attribute())
-        implicitReads |= attr.has_g() || attr.graphs_size() > 0;
-    llvm::StringSet<> lossDeps = lossDependencies(graph);
-    for (const auto &t : graph.initializer()) {
-      if (!isFloatDType(t.data_type()) || frozen.contains(t.name()) ||
-          !differentiableUse.contains(t.name()))
-        continue;
-      bool isBuffer = gi.bufferNames.contains(t.name());
-      if (!isBuffer && !implicitReads && !lossDeps.contains(t.name()))
-        continue;
-      // No parameter holds inf or nan: such an initializer is a constant
-      // an exporter folded (torch.onnx.export's causal mask, -inf above
-      // the diagonal).
-      if (holdsNonFinite(gi.constants[t.name()].first)) {
-        if (!isBuffer)
-          continue;
-        (void)gi.fail(ImportErrorKind::Invalid,
-                      "initializer '" + t.name() +
-                          "' (a BatchNormalization running statistic) "
-                          "holds inf or nan; training would carry it into "
-                          "every step: give it finite values");
-        return nullptr;
-      }
-      stateArgs.push_back({t.name(), isBuffer ? "buffer" : "param"});
-    }
-    // Parameters first, then buffers.
-    std::stable_sort(stateArgs.begin(), stateArgs.end(),
-                     [](const auto &a, const auto &b) {
-                       return a.second == "param" && b.second == "buffer";
-                     });
-    if (llvm::is_contained(options.frozen, "")) {
-      (void)gi.fail(ImportErrorKind::Invalid,
-                    "--freeze: empty initializer name; give a "
-                    "comma-separated list such as --freeze=w1,b1");
+    auto selected = selectStateArguments(gi, graph, options, initNames);
+    if (failed(selected))
       return nullptr;
-    }
-    for (const auto &f : options.frozen)
-      if (!initNames.contains(f)) {
-        (void)gi.fail(ImportErrorKind::Invalid,
-                      "--freeze " + f +
-                          ": the model has no initializer of "
-                          "that name");
-        return nullptr;
-      }
+    stateArgs = std::move(*selected);
   }
   for (const auto &[name, role] : stateArgs) {
     DenseElementsAttr init = gi.constants[name].first;
