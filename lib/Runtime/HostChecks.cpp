@@ -4,7 +4,7 @@
 // for programs whose
 // compiled code runs on the host (the CPU and cuda-emulate targets): the
 // checked values are in host memory and are read at once. The CUDA runtime
-// has its own (CUDA/CudaRuntime.cpp).
+// has its own (CUDA/CudaDevice.cpp).
 //
 //===----------------------------------------------------------------------===//
 

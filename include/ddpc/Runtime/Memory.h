@@ -4,7 +4,7 @@
 // parameters, optimizer state, scalars) is allocated here, so that each
 // target can put it where its kernels can read it:
 //   CPU target  (HostMemory.cpp):  std::aligned_alloc, 64-byte aligned.
-//   CUDA target (CUDA/CudaRuntime.cpp): cudaMallocManaged on the rank's
+//   CUDA target (CUDA/CudaMemory.cpp): cudaMallocManaged on the rank's
 //       device (readable by the host after the compiled function returned,
 //       which waits for the device).
 //

@@ -2,9 +2,15 @@
 //
 // Part of ddpc's CUDA runtime (libddpc_cuda_runtime.a and
 // libddpc_cuda_train_runtime.a). Not installed; compiled code sees only the
-// C entry points (mgpu*, _mlir_memref_to_llvm_*, ddpc_gemm_f32,
-// ddpc_gemm_bias_act_f32, ddpc_conv2d_f32 (CudnnConv.cpp),
-// ddpc_gpu_host_sync, ddpc_rt_allreduce_sum_f32).
+// C entry points. The files:
+//   CudaDevice.cpp       device, stream, driver API, kernel launches (mgpu*),
+//                        ddpc_gpu_host_sync and the index checks it examines
+//   CudaMemory.cpp       allocators (_mlir_memref_to_llvm_*, Memory.h),
+//                        ddpc_device_constants
+//   CudaProfiler.cpp     DDPC_CUDA_PROFILE=1
+//   CudaBlas.cpp         ddpc_gemm_f32, ddpc_gemm_bias_act_f32 (cuBLAS(Lt))
+//   CudnnConv.cpp        ddpc_conv2d_f32 and its gradients (cuDNN)
+//   CudaCollectives.cpp  NCCL, ddpc_rt_allreduce_sum_f32, ddpc_rt_bucket_*
 //
 // One process per GPU: the device is the local rank (from the launcher's
 // environment: OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID or
@@ -45,6 +51,11 @@ cudaStream_t computeStream();
 
 /// Checks a CUDA runtime API result.
 void check(cudaError_t result, const char *call);
+
+/// Managed memory the device computes on: keeps its pages on the device
+/// (a hint; nothing is done without concurrent managed access), and with
+/// `prefetch` moves them there now, ordered on the compute stream.
+void preferDevice(void *ptr, size_t bytes, bool prefetch);
 
 /// DDPC_CUDA_SYNC_CHECK=1: library calls and launches wait for the device
 /// and check it (checkCompleted) so a failure is named.
