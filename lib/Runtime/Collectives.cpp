@@ -1,28 +1,21 @@
-//===- Collectives.cpp - MPI process group with a watchdog ----------------===//
+//===- Collectives.cpp - gradient buckets of the CPU runtime over MPI -----===//
 //
-// See Collectives.h. Also defines the collectives of TrainABI.h that
-// compiled code calls: ddpc_rt_allreduce_sum_f32 (SyncBatchNorm) and the
-// gradient buckets ddpc_rt_bucket_* (one MPI_Iallreduce per bucket on a
-// host staging copy, started during backward, waited for at its end).
+// The CPU runtime's side of Collectives.h: the process group
+// (ProcessGroup.cpp) over the linked MPI, a communication thread, and the
+// collectives of TrainABI.h that compiled code calls:
+// ddpc_rt_allreduce_sum_f32 (SyncBatchNorm) and the gradient buckets
+// ddpc_rt_bucket_* (one MPI_Iallreduce per bucket on a host staging copy,
+// started during backward, waited for at its end).
 //
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/TrainABI.h"
 
-#include "Watchdog.h"
-
-// The C API only: keep OpenMPI/MPICH from pulling in their C++ bindings,
-// which would need libmpi_cxx at link time.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include "ProcessGroup.h"
 
 #include <algorithm>
-#include <chrono>
-#include <climits>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -38,91 +31,24 @@ namespace runtime {
 
 namespace {
 
-int gRank = 0;
-int gSize = 1;
-bool gInitialized = false;
-double gTimeoutSeconds = 30.0;
-
-/// Largest element count passed to one MPI call (MPI counts are int).
-constexpr int64_t kMaxChunk = int64_t(1) << 30;
-
-bool mpiRunning() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
-std::string mpiErrorString(int code) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(code);
-  return std::string(buf, static_cast<size_t>(len));
-}
-
-/// Ends the job when an MPI call failed.
-void check(int rc, const char *call) {
-  if (rc != MPI_SUCCESS)
-    fatalError(std::string(call) + " failed: " + mpiErrorString(rc));
-}
-
-/// Polls `request` until it completes (Watchdog.h).
-void waitWithWatchdog(MPI_Request &request, const char *what) {
-  runtime::waitWithWatchdog(
-      [&] {
-        int done = 0;
-        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-        return done != 0;
-      },
-      gTimeoutSeconds, what);
-}
-
-void drainCommThread();
-
-template <typename T>
-void allreduceImpl(T *data, int64_t count, MPI_Datatype type,
-                   const char *what) {
-  if (gSize == 1 || count <= 0)
-    return;
-  drainCommThread();
-  for (int64_t off = 0; off < count; off += kMaxChunk) {
-    int n = static_cast<int>(std::min(kMaxChunk, count - off));
-    MPI_Request request;
-    check(MPI_Iallreduce(MPI_IN_PLACE, data + off, n, type, MPI_SUM,
-                         MPI_COMM_WORLD, &request),
-          "MPI_Iallreduce");
-    waitWithWatchdog(request, what);
-  }
-}
-
 /// A gradient bucket of the current ddpc_train_micro call: its gradients
 /// and the staging copy that is summed over ranks.
 struct Bucket {
   std::vector<std::pair<float *, int64_t>> members;
   std::vector<float> staging;
-  std::vector<MPI_Request> requests;
+  PendingCollective pending;
   int64_t index = 0;
 
-  /// Starts the sum of `staging`: one MPI_Iallreduce per chunk that fits
-  /// MPI's int counts.
+  /// Starts the sum of `staging`.
   void start() {
-    requests.clear();
-    int64_t total = static_cast<int64_t>(staging.size());
-    for (int64_t off = 0; off < total; off += kMaxChunk) {
-      int n = static_cast<int>(std::min(kMaxChunk, total - off));
-      requests.emplace_back();
-      check(MPI_Iallreduce(MPI_IN_PLACE, staging.data() + off, n, MPI_FLOAT,
-                           MPI_SUM, MPI_COMM_WORLD, &requests.back()),
-            "MPI_Iallreduce (gradient bucket)");
-    }
+    pending =
+        startAllreduceSum(staging.data(), static_cast<int64_t>(staging.size()),
+                          MpiType::Float, "MPI_Iallreduce (gradient bucket)");
   }
   /// Waits for the requests still pending (watchdog: --timeout).
   void finish() {
     std::string what = "allreduce of gradient bucket " + std::to_string(index);
-    for (MPI_Request &request : requests)
-      if (request != MPI_REQUEST_NULL)
-        waitWithWatchdog(request, what.c_str());
+    waitCollective(pending, what.c_str());
   }
 };
 bool gGradientSync = false;
@@ -137,9 +63,10 @@ size_t gStarted = 0;
 /// bucket's allreduce makes progress (MPI_Test polling) while the main
 /// thread computes the rest of backward. MPI is initialized with
 /// MPI_THREAD_SERIALIZED: the main thread calls MPI only after drain(), when
-/// this thread is idle. Without that thread level (or with
-/// DDPC_COMM_THREAD=0) buckets are started and waited for on the main
-/// thread, and MPI progresses them only inside MPI calls.
+/// this thread is idle (the process group's host collectives drain first).
+/// Without that thread level (or with DDPC_COMM_THREAD=0) buckets are started
+/// and waited for on the main thread, and MPI progresses them only inside MPI
+/// calls.
 class CommThread {
 public:
   CommThread() : worker([this] { loop(); }) {}
@@ -189,6 +116,8 @@ private:
   std::thread worker; // Last: starts after the members above exist.
 };
 
+/// Whether buckets run on the communication thread (MPI gives
+/// MPI_THREAD_SERIALIZED and DDPC_COMM_THREAD is not 0).
 bool gThreadSerialized = false;
 std::unique_ptr<CommThread> gCommThread;
 
@@ -204,81 +133,16 @@ void drainCommThread() {
 void setGradientSync(bool on) { gGradientSync = on; }
 
 void collectivesInit(int *argc, char ***argv) {
-  int provided = MPI_THREAD_SINGLE;
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
-  if (rc != MPI_SUCCESS) {
-    std::fprintf(stderr, "error: MPI_Init failed: %s\n",
-                 mpiErrorString(rc).c_str());
-    std::exit(1);
-  }
-  gInitialized = true;
-  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
-        "MPI_Comm_set_errhandler");
-  check(MPI_Comm_rank(MPI_COMM_WORLD, &gRank), "MPI_Comm_rank");
-  check(MPI_Comm_size(MPI_COMM_WORLD, &gSize), "MPI_Comm_size");
+  startProcessGroup(argc, argv, &linkedMpi());
   const char *env = std::getenv("DDPC_COMM_THREAD");
   gThreadSerialized =
-      provided >= MPI_THREAD_SERIALIZED && !(env && std::string(env) == "0");
+      mpiThreadSerialized() && !(env && std::string(env) == "0");
+  setHostCollectiveHook(drainCommThread);
 }
 
 void collectivesFinalize() {
   gCommThread.reset();
-  if (gInitialized && mpiRunning())
-    MPI_Finalize();
-}
-
-int worldRank() { return gRank; }
-int worldSize() { return gSize; }
-
-void setCollectiveTimeout(double seconds) { gTimeoutSeconds = seconds; }
-double collectiveTimeout() { return gTimeoutSeconds; }
-
-void fatalError(const std::string &message) {
-  std::fflush(stdout);
-  std::fprintf(stderr, "error: rank %d: %s\n", gRank, message.c_str());
-  std::fflush(stderr);
-  // With no peers there is nobody to take down: exit directly (OpenMPI's
-  // singleton MPI_Abort prints internal noise). Under `mpirun -np 1` the
-  // launcher sees an exit without MPI_Finalize and fails the job anyway.
-  if (gInitialized && gSize > 1 && mpiRunning())
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  // MPI_Abort should not return; make sure the process ends regardless.
-  std::_Exit(1);
-}
-
-void warning(const std::string &message) {
-  std::fprintf(stderr, "warning: rank %d: %s\n", gRank, message.c_str());
-}
-
-void allreduceSum(float *data, int64_t count, const char *what) {
-  allreduceImpl(data, count, MPI_FLOAT, what);
-}
-
-void allreduceSum(double *data, int64_t count, const char *what) {
-  allreduceImpl(data, count, MPI_DOUBLE, what);
-}
-
-void broadcastBytes(void *data, int64_t bytes, const char *what) {
-  if (gSize == 1 || bytes <= 0)
-    return;
-  drainCommThread();
-  char *ptr = static_cast<char *>(data);
-  for (int64_t off = 0; off < bytes; off += kMaxChunk) {
-    int n = static_cast<int>(std::min(kMaxChunk, bytes - off));
-    MPI_Request request;
-    check(MPI_Ibcast(ptr + off, n, MPI_BYTE, 0, MPI_COMM_WORLD, &request),
-          "MPI_Ibcast");
-    waitWithWatchdog(request, what);
-  }
-}
-
-void barrier(const char *what) {
-  if (gSize == 1)
-    return;
-  drainCommThread();
-  MPI_Request request;
-  check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
-  waitWithWatchdog(request, what);
+  stopProcessGroup();
 }
 
 } // namespace runtime
@@ -290,17 +154,17 @@ extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
 
 extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
   using namespace ddpc::runtime;
-  if (gGradientSync && gSize > 1 && count > 0)
+  if (gGradientSync && worldSize() > 1 && count > 0)
     gFilling.emplace_back(data, count);
 }
 
 /// Copies the bucket's gradients into one staging buffer and starts its
 /// allreduce: on the communication thread (MPI_Iallreduce polled with the
 /// watchdog there), else one MPI_Iallreduce here (more if it exceeds MPI's
-/// int counts), with MPI_Testall on the buckets in flight to progress them.
+/// int counts), with MPI_Test on the buckets in flight to progress them.
 extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   using namespace ddpc::runtime;
-  if (!gGradientSync || gSize == 1 || gFilling.empty())
+  if (!gGradientSync || worldSize() == 1 || gFilling.empty())
     return;
   if (gStarted == gBuckets.size())
     gBuckets.emplace_back();
@@ -325,13 +189,8 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
     return;
   }
   b.start();
-  for (size_t i = 0; i + 1 < gStarted; ++i) {
-    Bucket &earlier = gBuckets[i];
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(earlier.requests.size()),
-                      earlier.requests.data(), &done, MPI_STATUSES_IGNORE),
-          "MPI_Testall (gradient bucket)");
-  }
+  for (size_t i = 0; i + 1 < gStarted; ++i)
+    testCollective(gBuckets[i].pending);
 }
 
 /// Waits for every bucket started in this call (watchdog: --timeout) and

@@ -1,7 +1,7 @@
 //===- Watchdog.h - polling a collective against a timeout ------*- C++ -*-===//
 //
-// Part of ddpc's runtime (internal): the wait loop shared by the CPU
-// (Collectives.cpp) and CUDA (CUDA/CudaCollectives.cpp) process groups.
+// Part of ddpc's runtime (internal): the wait loop of the process group's
+// MPI collectives (ProcessGroup.cpp), in both runtimes.
 //
 //===----------------------------------------------------------------------===//
 

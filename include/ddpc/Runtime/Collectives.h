@@ -2,9 +2,14 @@
 //
 // The process group of training programs: MPI_COMM_WORLD, initialized with
 // MPI_Init_thread(MPI_THREAD_SERIALIZED) (a program started without mpirun
-// is a singleton: rank 0 of 1). The CPU runtime runs gradient buckets on a
-// communication thread when MPI provides that level (TrainABI.h); every
-// function below first waits for that thread to be idle.
+// is a singleton: rank 0 of 1; a CUDA program started without a launcher
+// does not load MPI). Both runtimes share one implementation
+// (lib/Runtime/ProcessGroup.cpp); collectivesInit/collectivesFinalize and
+// setGradientSync are each runtime's (Collectives.cpp: MPI and a
+// communication thread; CUDA/CudaCollectives.cpp: NCCL). The CPU runtime
+// runs gradient buckets on a communication thread when MPI provides that
+// level (TrainABI.h); every host collective below first waits for that
+// thread to be idle.
 // Every collective here is non-blocking MPI (MPI_Iallreduce / MPI_Ibcast)
 // polled with MPI_Test and a short sleep, so a collective that does not
 // complete within the timeout (a peer rank died or hangs) ends the job:
