@@ -165,48 +165,58 @@ void appendDataNames(SmallVectorImpl<std::string> &names,
                                           : "data." + d.name);
 }
 
-} // namespace
+/// How the forward function's arguments map onto the step functions'
+/// (argument indices of the forward function) and the types they have.
+struct StepSignature {
+  SmallVector<unsigned> paramIdx, bufferIdx, dataArgs;
+  int rngArg = -1, labelArg = -1;
+  /// The forward result that the loss reads.
+  unsigned outIdx = 0;
+  SmallVector<Type> paramTypes, bufferTypes;
+  SmallVector<RankedTensorType> dataTypes;
+  RankedTensorType labelType;
+  /// Per-rank micro-batch size: the data inputs' leading dimension.
+  int64_t batch = -1;
+  /// Buffer update results of the forward function, by buffer name.
+  llvm::StringMap<unsigned> bufferUpdateRes;
 
-LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
-                                     func::FuncOp fwdEval,
-                                     const TrainOptions &opts,
-                                     TrainingProgramInfo &info,
-                                     std::string &error) {
-  MLIRContext *ctx = module.getContext();
-  Location loc = fwdTrain.getLoc();
-  OpBuilder b(ctx);
-  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  unsigned numParams() const { return paramTypes.size(); }
+  unsigned numBuffers() const { return bufferTypes.size(); }
+  unsigned numData() const { return dataArgs.size(); }
 
-  // Classify the forward function's arguments.
-  SmallVector<unsigned> paramIdx, bufferIdx, inputIdx;
-  int rngArg = -1;
-  for (unsigned i = 0; i < fwdTrain.getNumArguments(); ++i) {
-    StringRef r = role(fwdTrain, i);
-    if (r == "param")
-      paramIdx.push_back(i);
-    else if (r == "buffer")
-      bufferIdx.push_back(i);
-    else if (r == "rng")
-      rngArg = i;
-    else
-      inputIdx.push_back(i);
+  /// The arguments for inlining `fwd` into a step function whose entry
+  /// block takes the params first, then the buffers, and from `dataStart`
+  /// the data, the labels and (if `fwd` takes one and the block has it) the
+  /// rng seed.
+  SmallVector<Value> forwardArgs(func::FuncOp fwd, Block *entry,
+                                 unsigned dataStart) const {
+    SmallVector<Value> args(fwd.getNumArguments());
+    for (auto [j, i] : llvm::enumerate(paramIdx))
+      args[i] = entry->getArgument(j);
+    for (auto [j, i] : llvm::enumerate(bufferIdx))
+      args[i] = entry->getArgument(numParams() + j);
+    for (auto [j, i] : llvm::enumerate(dataArgs))
+      args[i] = entry->getArgument(dataStart + j);
+    unsigned labelPos = dataStart + numData();
+    if (labelArg >= 0)
+      args[labelArg] = entry->getArgument(labelPos);
+    if (rngArg >= 0 && labelPos + 1 < entry->getNumArguments())
+      args[rngArg] = entry->getArgument(labelPos + 1);
+    return args;
   }
-  FunctionType fty = fwdTrain.getFunctionType();
-  for (unsigned i : llvm::concat<unsigned>(paramIdx, bufferIdx))
-    if (!cast<RankedTensorType>(fty.getInput(i)).getElementType().isF32()) {
-      error = "parameter '" + argName(fwdTrain, i).str() +
-              "' is not float32; training supports float32 parameters";
-      return failure();
-    }
-  if (paramIdx.empty()) {
-    error = "the model has no trainable float initializer (all frozen, or "
-            "none reaches the first output)";
-    return failure();
-  }
+};
+
+/// Sets `labelInput` to the --label-input in force (the option, or for
+/// --loss output a graph input named "labels") and checks it.
+LogicalResult resolveLabelInput(func::FuncOp fwdTrain,
+                                ArrayRef<unsigned> inputIdx,
+                                const TrainOptions &opts,
+                                TrainingProgramInfo &info,
+                                std::string &labelInput, std::string &error) {
   // --loss output without --label-input: a graph input named "labels"
   // (the Hugging Face convention, forward(input_ids, labels)) holds them;
   // without one the program reads a --labels file it does not use.
-  std::string labelInput = opts.labelInput;
+  labelInput = opts.labelInput;
   if (labelInput.empty() && opts.loss == "output") {
     if (llvm::any_of(inputIdx, [&](unsigned i) {
           return argName(fwdTrain, i) == "labels";
@@ -238,25 +248,31 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       return failure();
     }
   }
-  // The data inputs (every graph input but the labels, in graph-input
-  // order: token ids, an attention mask, ...) and, when --label-input names
-  // a graph input, the labels. All are sharded along their leading (batch)
-  // dimension.
-  SmallVector<unsigned> dataArgs;
-  int labelArg = -1;
+  return success();
+}
+
+/// The data inputs (every graph input but the labels, in graph-input
+/// order: token ids, an attention mask, ...) and, when --label-input names
+/// a graph input, the labels. All are sharded along their leading (batch)
+/// dimension, which must agree.
+LogicalResult classifyDataInputs(func::FuncOp fwdTrain,
+                                 ArrayRef<unsigned> inputIdx,
+                                 StringRef labelInput, StepSignature &sig,
+                                 TrainingProgramInfo &info,
+                                 std::string &error) {
+  FunctionType fty = fwdTrain.getFunctionType();
   for (unsigned i : inputIdx) {
     if (!labelInput.empty() && argName(fwdTrain, i) == labelInput)
-      labelArg = i;
+      sig.labelArg = i;
     else
-      dataArgs.push_back(i);
+      sig.dataArgs.push_back(i);
   }
-  if (dataArgs.empty()) {
+  if (sig.dataArgs.empty()) {
     error = "the model has no data input";
     return failure();
   }
-  SmallVector<RankedTensorType> dataTypes;
-  int64_t B = -1;
-  for (unsigned i : dataArgs) {
+  int64_t &B = sig.batch;
+  for (unsigned i : sig.dataArgs) {
     auto t = cast<RankedTensorType>(fty.getInput(i));
     // float32 samples, or integer token ids (int64, int32).
     auto dtypeAttr = fwdTrain.getArgAttrOfType<IntegerAttr>(i, attrs::kDType);
@@ -279,7 +295,7 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
     if (B < 0) {
       B = t.getDimSize(0);
     } else if (t.getDimSize(0) != B) {
-      error = "the data inputs '" + argName(fwdTrain, dataArgs[0]).str() +
+      error = "the data inputs '" + argName(fwdTrain, sig.dataArgs[0]).str() +
               "' and '" + argName(fwdTrain, i).str() +
               "' have leading dimensions " + std::to_string(B) + " and " +
               std::to_string(t.getDimSize(0)) +
@@ -287,43 +303,81 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
               "agree (--batch-size sets them)";
       return failure();
     }
-    dataTypes.push_back(t);
+    sig.dataTypes.push_back(t);
     info.data.push_back(
         {argName(fwdTrain, i).str(), dd, SmallVector<int64_t>(t.getShape())});
   }
-  const unsigned D = dataArgs.size();
-  unsigned outIdx = 0;
-  auto outType = cast<RankedTensorType>(fty.getResult(outIdx));
+  return success();
+}
+
+/// Classifies the forward function's arguments (param, buffer, rng, data,
+/// labels) and checks what training supports; fills `info`'s data, params,
+/// buffers, batch size and label shape and dtype.
+LogicalResult classifyArguments(func::FuncOp fwdTrain, const TrainOptions &opts,
+                                TrainingProgramInfo &info, StepSignature &sig,
+                                std::string &error) {
+  SmallVector<unsigned> inputIdx;
+  for (unsigned i = 0; i < fwdTrain.getNumArguments(); ++i) {
+    StringRef r = role(fwdTrain, i);
+    if (r == "param")
+      sig.paramIdx.push_back(i);
+    else if (r == "buffer")
+      sig.bufferIdx.push_back(i);
+    else if (r == "rng")
+      sig.rngArg = i;
+    else
+      inputIdx.push_back(i);
+  }
+  FunctionType fty = fwdTrain.getFunctionType();
+  for (unsigned i : llvm::concat<unsigned>(sig.paramIdx, sig.bufferIdx))
+    if (!cast<RankedTensorType>(fty.getInput(i)).getElementType().isF32()) {
+      error = "parameter '" + argName(fwdTrain, i).str() +
+              "' is not float32; training supports float32 parameters";
+      return failure();
+    }
+  if (sig.paramIdx.empty()) {
+    error = "the model has no trainable float initializer (all frozen, or "
+            "none reaches the first output)";
+    return failure();
+  }
+  std::string labelInput;
+  if (failed(resolveLabelInput(fwdTrain, inputIdx, opts, info, labelInput,
+                               error)) ||
+      failed(
+          classifyDataInputs(fwdTrain, inputIdx, labelInput, sig, info, error)))
+    return failure();
+
+  auto outType = cast<RankedTensorType>(fty.getResult(sig.outIdx));
+  int64_t B = sig.batch;
 
   // Labels.
   RankedTensorType labelInputType;
-  if (labelArg >= 0 && opts.loss == "output")
-    labelInputType = cast<RankedTensorType>(fty.getInput(labelArg));
+  if (sig.labelArg >= 0 && opts.loss == "output")
+    labelInputType = cast<RankedTensorType>(fty.getInput(sig.labelArg));
   FailureOr<RankedTensorType> labelTypeOr =
       labelTypeForLoss(opts, outType, B, labelInputType, info, error);
   if (failed(labelTypeOr))
     return failure();
-  RankedTensorType labelType = *labelTypeOr;
+  sig.labelType = *labelTypeOr;
 
-  SmallVector<Type> paramTypes, bufferTypes;
-  for (unsigned i : paramIdx) {
-    paramTypes.push_back(fty.getInput(i));
+  for (unsigned i : sig.paramIdx) {
+    sig.paramTypes.push_back(fty.getInput(i));
     auto t = cast<RankedTensorType>(fty.getInput(i));
     info.params.push_back(
         {argName(fwdTrain, i).str(), SmallVector<int64_t>(t.getShape())});
   }
-  for (unsigned i : bufferIdx) {
-    bufferTypes.push_back(fty.getInput(i));
+  for (unsigned i : sig.bufferIdx) {
+    sig.bufferTypes.push_back(fty.getInput(i));
     auto t = cast<RankedTensorType>(fty.getInput(i));
     info.buffers.push_back(
         {argName(fwdTrain, i).str(), SmallVector<int64_t>(t.getShape())});
   }
   info.batchSize = B;
-  info.labelShape.assign(labelType.getShape().begin(),
-                         labelType.getShape().end());
-  if (labelArg >= 0 && opts.loss == "output") {
+  info.labelShape.assign(sig.labelType.getShape().begin(),
+                         sig.labelType.getShape().end());
+  if (sig.labelArg >= 0 && opts.loss == "output") {
     // The program reads --labels as int64 or float32 (TrainABI.h).
-    Type e = labelType.getElementType();
+    Type e = sig.labelType.getElementType();
     if (e.isInteger(64)) {
       info.labelDType = 7;
     } else if (e.isF32()) {
@@ -337,110 +391,124 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
       return failure();
     }
   }
-  auto scalarF = RankedTensorType::get({}, f32);
-  auto scalarI = RankedTensorType::get({}, i64);
-
   // Buffer update results of the forward function, by buffer name.
-  llvm::StringMap<unsigned> bufferUpdateRes;
   for (unsigned r = 0; r < fwdTrain.getNumResults(); ++r)
     if (resultRole(fwdTrain, r) == "buffer_update")
-      bufferUpdateRes[fwdTrain.getResultAttrOfType<StringAttr>(r, attrs::kName)
-                          .getValue()] = r;
+      sig.bufferUpdateRes[fwdTrain
+                              .getResultAttrOfType<StringAttr>(r, attrs::kName)
+                              .getValue()] = r;
 
-  b.setInsertionPointToEnd(module.getBody());
-  unsigned P = paramTypes.size(), NB = bufferTypes.size();
+  return success();
+}
 
-  //===------------------------------------------------------------------===//
-  // @train_micro(params, buffers, grad_acc, data, labels)
-  //     -> (new_buffers, new_grad_acc, loss, correct)
-  {
-    SmallVector<Type> ins, outs;
-    ins.append(paramTypes);
-    ins.append(bufferTypes);
-    ins.append(paramTypes);
-    ins.append(dataTypes.begin(), dataTypes.end());
-    ins.push_back(labelType);
-    ins.push_back(RankedTensorType::get({2}, i64)); // rng {seed, rank}
-    outs.append(bufferTypes);
-    outs.append(paramTypes);
-    outs.push_back(scalarF);
-    outs.push_back(scalarI);
-    auto fn = func::FuncOp::create(b, loc, kTrainMicroFunc,
-                                   b.getFunctionType(ins, outs));
-    Block *entry = fn.addEntryBlock();
-    OpBuilder fb = OpBuilder::atBlockBegin(entry);
-    SmallVector<Value> fwdArgs(fwdTrain.getNumArguments());
-    for (auto [j, i] : llvm::enumerate(paramIdx))
-      fwdArgs[i] = entry->getArgument(j);
-    for (auto [j, i] : llvm::enumerate(bufferIdx))
-      fwdArgs[i] = entry->getArgument(P + j);
-    for (auto [j, i] : llvm::enumerate(dataArgs))
-      fwdArgs[i] = entry->getArgument(2 * P + NB + j);
-    Value labels = entry->getArgument(2 * P + NB + D);
-    if (labelArg >= 0)
-      fwdArgs[labelArg] = labels;
-    if (rngArg >= 0)
-      fwdArgs[rngArg] = entry->getArgument(2 * P + NB + D + 1);
-    SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
-    Value out = fwdRes[outIdx];
-    auto [loss, correct, seed] =
-        buildMicroBatchLoss(fb, loc, opts.loss, out, labels, B);
-    SmallVector<Value> wrt;
-    for (unsigned j = 0; j < P; ++j)
-      wrt.push_back(entry->getArgument(j));
-    auto grads = buildVJP(fb, loc, {{out, seed}}, wrt, error);
-    if (failed(grads))
-      return failure();
-    SmallVector<Value> results;
-    for (auto [j, i] : llvm::enumerate(bufferIdx)) {
-      auto it = bufferUpdateRes.find(argName(fwdTrain, i));
-      results.push_back(it == bufferUpdateRes.end() ? entry->getArgument(P + j)
-                                                    : fwdRes[it->second]);
-    }
-    // Each accumulation right where its gradient is complete, so that the
-    // accumulator's final value is ready in backward order (the gradient
-    // buckets of ddpc-bucket-gradient-allreduce start there).
-    for (unsigned j = 0; j < P; ++j) {
-      Value acc = entry->getArgument(P + NB + j);
-      Value g = (*grads)[j];
-      OpBuilder::InsertionGuard guard(fb);
-      if (g.getParentBlock() == entry)
-        fb.setInsertionPointAfterValue(g);
-      results.push_back(
-          ew(fb, loc, ValueRange{acc, g}, ttype(acc).getShape(), f32,
-             [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-               return arith::AddFOp::create(nb, l, a[0], a[1]);
-             }));
-    }
-    results.push_back(loss);
-    results.push_back(correct);
-    func::ReturnOp::create(fb, loc, results);
-    for (unsigned j = 0; j < P; ++j) {
-      fn.setArgAttr(P + NB + j, attrs::kRole, fb.getStringAttr("grad_acc"));
-      fn.setResultAttr(NB + j, attrs::kRole, fb.getStringAttr("new_grad_acc"));
-    }
-    SmallVector<std::string> argNames, resNames;
-    for (const auto &s : info.params)
-      argNames.push_back(s.name);
-    for (const auto &s : info.buffers)
-      argNames.push_back(s.name);
-    for (const auto &s : info.params)
-      argNames.push_back("grad_acc." + s.name);
-    appendDataNames(argNames, info);
-    argNames.push_back("labels");
-    argNames.push_back("rng");
-    for (const auto &s : info.buffers)
-      resNames.push_back("new." + s.name);
-    for (const auto &s : info.params)
-      resNames.push_back("grad_acc." + s.name);
-    resNames.push_back("loss");
-    resNames.push_back("correct");
-    setNames(fn, argNames, resNames);
+/// @train_micro(params, buffers, grad_acc, data, labels, rng)
+///     -> (new_buffers, new_grad_acc, loss, correct): forward, loss and VJP
+/// of one micro-batch, gradients added to the accumulators.
+LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
+                              const StepSignature &sig,
+                              const TrainOptions &opts,
+                              const TrainingProgramInfo &info,
+                              std::string &error) {
+  unsigned P = sig.numParams(), NB = sig.numBuffers(), D = sig.numData();
+  int64_t B = sig.batch;
+  const auto &bufferIdx = sig.bufferIdx;
+  const SmallVector<Type> &paramTypes = sig.paramTypes;
+  const SmallVector<Type> &bufferTypes = sig.bufferTypes;
+  const SmallVector<RankedTensorType> &dataTypes = sig.dataTypes;
+  RankedTensorType labelType = sig.labelType;
+  unsigned outIdx = sig.outIdx;
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  auto scalarF = RankedTensorType::get({}, f32);
+  auto scalarI = RankedTensorType::get({}, i64);
+  SmallVector<Type> ins, outs;
+  ins.append(paramTypes);
+  ins.append(bufferTypes);
+  ins.append(paramTypes);
+  ins.append(dataTypes.begin(), dataTypes.end());
+  ins.push_back(labelType);
+  ins.push_back(RankedTensorType::get({2}, i64)); // rng {seed, rank}
+  outs.append(bufferTypes);
+  outs.append(paramTypes);
+  outs.push_back(scalarF);
+  outs.push_back(scalarI);
+  auto fn = func::FuncOp::create(b, loc, kTrainMicroFunc,
+                                 b.getFunctionType(ins, outs));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockBegin(entry);
+  // Arguments: params, buffers, grad_acc, data, labels, rng.
+  SmallVector<Value> fwdArgs =
+      sig.forwardArgs(fwdTrain, entry, /*dataStart=*/2 * P + NB);
+  Value labels = entry->getArgument(2 * P + NB + D);
+  SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
+  Value out = fwdRes[outIdx];
+  auto [loss, correct, seed] =
+      buildMicroBatchLoss(fb, loc, opts.loss, out, labels, B);
+  SmallVector<Value> wrt;
+  for (unsigned j = 0; j < P; ++j)
+    wrt.push_back(entry->getArgument(j));
+  auto grads = buildVJP(fb, loc, {{out, seed}}, wrt, error);
+  if (failed(grads))
+    return failure();
+  SmallVector<Value> results;
+  for (auto [j, i] : llvm::enumerate(bufferIdx)) {
+    auto it = sig.bufferUpdateRes.find(argName(fwdTrain, i));
+    results.push_back(it == sig.bufferUpdateRes.end()
+                          ? entry->getArgument(P + j)
+                          : fwdRes[it->second]);
   }
+  // Each accumulation right where its gradient is complete, so that the
+  // accumulator's final value is ready in backward order (the gradient
+  // buckets of ddpc-bucket-gradient-allreduce start there).
+  for (unsigned j = 0; j < P; ++j) {
+    Value acc = entry->getArgument(P + NB + j);
+    Value g = (*grads)[j];
+    OpBuilder::InsertionGuard guard(fb);
+    if (g.getParentBlock() == entry)
+      fb.setInsertionPointAfterValue(g);
+    results.push_back(ew(fb, loc, ValueRange{acc, g}, ttype(acc).getShape(),
+                         f32,
+                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           return arith::AddFOp::create(nb, l, a[0], a[1]);
+                         }));
+  }
+  results.push_back(loss);
+  results.push_back(correct);
+  func::ReturnOp::create(fb, loc, results);
+  for (unsigned j = 0; j < P; ++j) {
+    fn.setArgAttr(P + NB + j, attrs::kRole, fb.getStringAttr("grad_acc"));
+    fn.setResultAttr(NB + j, attrs::kRole, fb.getStringAttr("new_grad_acc"));
+  }
+  SmallVector<std::string> argNames, resNames;
+  for (const auto &s : info.params)
+    argNames.push_back(s.name);
+  for (const auto &s : info.buffers)
+    argNames.push_back(s.name);
+  for (const auto &s : info.params)
+    argNames.push_back("grad_acc." + s.name);
+  appendDataNames(argNames, info);
+  argNames.push_back("labels");
+  argNames.push_back("rng");
+  for (const auto &s : info.buffers)
+    resNames.push_back("new." + s.name);
+  for (const auto &s : info.params)
+    resNames.push_back("grad_acc." + s.name);
+  resNames.push_back("loss");
+  resNames.push_back("correct");
+  setNames(fn, argNames, resNames);
+  return success();
+}
 
-  //===------------------------------------------------------------------===//
-  // @apply(params, opt_state, grad_acc, lr, step, grad_scale)
-  //     -> (new_params, new_opt_state)
+/// @apply(params, opt_state, grad_acc, lr, step, grad_scale)
+///     -> (new_params, new_opt_state): the optimizer step (Optimizers.cpp)
+/// on the averaged gradients. Fails for an unknown --optimizer.
+LogicalResult buildApply(OpBuilder &b, Location loc, const StepSignature &sig,
+                         const TrainOptions &opts, TrainingProgramInfo &info,
+                         std::string &error) {
+  unsigned P = sig.numParams();
+  const SmallVector<Type> &paramTypes = sig.paramTypes;
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  auto scalarF = RankedTensorType::get({}, f32);
+  auto scalarI = RankedTensorType::get({}, i64);
   const Optimizer *optimizer = findOptimizer(opts.optimizer);
   if (!optimizer) {
     error = "unknown --optimizer '" + opts.optimizer +
@@ -450,92 +518,95 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
   int S = optimizer->stateSlots(opts);
   info.optSlots = S;
   info.optimizerDesc = optimizer->describe(opts);
-  {
-    SmallVector<Type> ins, outs;
-    ins.append(paramTypes);
-    for (Type t : paramTypes)
-      for (int s = 0; s < S; ++s)
-        ins.push_back(t);
-    ins.append(paramTypes);
-    ins.push_back(scalarF);
-    ins.push_back(scalarI);
-    ins.push_back(scalarF);
-    outs.append(paramTypes);
-    for (Type t : paramTypes)
-      for (int s = 0; s < S; ++s)
-        outs.push_back(t);
-    auto fn =
-        func::FuncOp::create(b, loc, kApplyFunc, b.getFunctionType(ins, outs));
-    Block *entry = fn.addEntryBlock();
-    OpBuilder fb = OpBuilder::atBlockBegin(entry);
-    unsigned base = P + P * S;
-    Value lr = entry->getArgument(base + P);
-    Value step = entry->getArgument(base + P + 1);
-    Value gradScale = entry->getArgument(base + P + 2);
-    SmallVector<Value> newParams, newState;
-    for (unsigned j = 0; j < P; ++j) {
-      Value p = entry->getArgument(j);
-      Value g = entry->getArgument(base + j);
-      fn.setArgAttr(base + j, attrs::kRole, fb.getStringAttr("grad_acc"));
-      // g = grad_acc * grad_scale (mean over ranks and micro-batches)
-      g = ew(fb, loc, ValueRange{g, gradScale}, ttype(p).getShape(), f32,
-             [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-               return arith::MulFOp::create(nb, l, a[0], a[1]);
-             });
-      ValueRange state = entry->getArguments().slice(P + S * j, S);
-      newParams.push_back(
-          optimizer->update(fb, loc, opts, p, g, state, lr, step, newState));
-    }
-    SmallVector<Value> results(newParams);
-    results.append(newState);
-    func::ReturnOp::create(fb, loc, results);
-    SmallVector<std::string> argNames, stateNames;
-    for (const auto &s : info.params)
-      argNames.push_back(s.name);
-    for (const auto &s : info.params)
-      for (int k = 0; k < S; ++k)
-        stateNames.push_back(optimizer->slotNames[k] + s.name);
-    argNames.append(stateNames.begin(), stateNames.end());
-    for (const auto &s : info.params)
-      argNames.push_back("grad_acc." + s.name);
-    argNames.append({"lr", "step", "grad_scale"});
-    SmallVector<std::string> resNames;
-    for (const auto &s : info.params)
-      resNames.push_back("new." + s.name);
-    for (const auto &n : stateNames)
-      resNames.push_back("new." + n);
-    setNames(fn, argNames, resNames);
+  SmallVector<Type> ins, outs;
+  ins.append(paramTypes);
+  for (Type t : paramTypes)
+    for (int s = 0; s < S; ++s)
+      ins.push_back(t);
+  ins.append(paramTypes);
+  ins.push_back(scalarF);
+  ins.push_back(scalarI);
+  ins.push_back(scalarF);
+  outs.append(paramTypes);
+  for (Type t : paramTypes)
+    for (int s = 0; s < S; ++s)
+      outs.push_back(t);
+  auto fn =
+      func::FuncOp::create(b, loc, kApplyFunc, b.getFunctionType(ins, outs));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockBegin(entry);
+  unsigned base = P + P * S;
+  Value lr = entry->getArgument(base + P);
+  Value step = entry->getArgument(base + P + 1);
+  Value gradScale = entry->getArgument(base + P + 2);
+  SmallVector<Value> newParams, newState;
+  for (unsigned j = 0; j < P; ++j) {
+    Value p = entry->getArgument(j);
+    Value g = entry->getArgument(base + j);
+    fn.setArgAttr(base + j, attrs::kRole, fb.getStringAttr("grad_acc"));
+    // g = grad_acc * grad_scale (mean over ranks and micro-batches)
+    g = ew(fb, loc, ValueRange{g, gradScale}, ttype(p).getShape(), f32,
+           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+             return arith::MulFOp::create(nb, l, a[0], a[1]);
+           });
+    ValueRange state = entry->getArguments().slice(P + S * j, S);
+    newParams.push_back(
+        optimizer->update(fb, loc, opts, p, g, state, lr, step, newState));
   }
+  SmallVector<Value> results(newParams);
+  results.append(newState);
+  func::ReturnOp::create(fb, loc, results);
+  SmallVector<std::string> argNames, stateNames;
+  for (const auto &s : info.params)
+    argNames.push_back(s.name);
+  for (const auto &s : info.params)
+    for (int k = 0; k < S; ++k)
+      stateNames.push_back(optimizer->slotNames[k] + s.name);
+  argNames.append(stateNames.begin(), stateNames.end());
+  for (const auto &s : info.params)
+    argNames.push_back("grad_acc." + s.name);
+  argNames.append({"lr", "step", "grad_scale"});
+  SmallVector<std::string> resNames;
+  for (const auto &s : info.params)
+    resNames.push_back("new." + s.name);
+  for (const auto &n : stateNames)
+    resNames.push_back("new." + n);
+  setNames(fn, argNames, resNames);
+  return success();
+}
 
-  //===------------------------------------------------------------------===//
-  // @grad_norm(grad_acc, grad_scale) -> norm: the L2 norm over all
-  // parameters of the averaged gradient grad_acc * grad_scale, as
-  // torch.nn.utils.clip_grad_norm_ computes it (float32, so a norm above
-  // ~1.8e19 is inf). The runtime's non-finite check reads it.
-  {
-    SmallVector<Type> ins(paramTypes);
-    ins.push_back(scalarF);
-    auto fn = func::FuncOp::create(b, loc, kGradNormFunc,
-                                   b.getFunctionType(ins, {scalarF}));
-    Block *entry = fn.addEntryBlock();
-    OpBuilder fb = OpBuilder::atBlockBegin(entry);
-    // One reduction per gradient, each starting from the previous sum (a
-    // fill, not a constant tensor, which GPU kernels would read through a
-    // device copy).
-    Value sum = linalg::FillOp::create(fb, loc,
-                                       ValueRange{arith::ConstantOp::create(
-                                           fb, loc, fb.getF32FloatAttr(0.0f))},
-                                       ValueRange{tensor::EmptyOp::create(
-                                           fb, loc, ArrayRef<int64_t>{}, f32)})
-                    .getResult(0);
-    MLIRContext *mctx = fb.getContext();
-    for (unsigned j = 0; j < P; ++j) {
-      Value g = entry->getArgument(j);
-      unsigned rank = ttype(g).getRank();
-      AffineMap in = AffineMap::getMultiDimIdentityMap(rank, mctx);
-      AffineMap out = AffineMap::get(rank, 0, {}, mctx);
-      sum =
-          linalg::GenericOp::create(
+/// @grad_norm(grad_acc, grad_scale) -> norm: the L2 norm over all
+/// parameters of the averaged gradient grad_acc * grad_scale, as
+/// torch.nn.utils.clip_grad_norm_ computes it (float32, so a norm above
+/// ~1.8e19 is inf). The runtime's non-finite check reads it.
+void buildGradNorm(OpBuilder &b, Location loc, const StepSignature &sig,
+                   const TrainingProgramInfo &info) {
+  unsigned P = sig.numParams();
+  const SmallVector<Type> &paramTypes = sig.paramTypes;
+  Type f32 = b.getF32Type();
+  auto scalarF = RankedTensorType::get({}, f32);
+  SmallVector<Type> ins(paramTypes);
+  ins.push_back(scalarF);
+  auto fn = func::FuncOp::create(b, loc, kGradNormFunc,
+                                 b.getFunctionType(ins, {scalarF}));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockBegin(entry);
+  // One reduction per gradient, each starting from the previous sum (a
+  // fill, not a constant tensor, which GPU kernels would read through a
+  // device copy).
+  Value sum = linalg::FillOp::create(fb, loc,
+                                     ValueRange{arith::ConstantOp::create(
+                                         fb, loc, fb.getF32FloatAttr(0.0f))},
+                                     ValueRange{tensor::EmptyOp::create(
+                                         fb, loc, ArrayRef<int64_t>{}, f32)})
+                  .getResult(0);
+  MLIRContext *mctx = fb.getContext();
+  for (unsigned j = 0; j < P; ++j) {
+    Value g = entry->getArgument(j);
+    unsigned rank = ttype(g).getRank();
+    AffineMap in = AffineMap::getMultiDimIdentityMap(rank, mctx);
+    AffineMap out = AffineMap::get(rank, 0, {}, mctx);
+    sum = linalg::GenericOp::create(
               fb, loc, TypeRange{scalarF}, ValueRange{g}, ValueRange{sum},
               ArrayRef<AffineMap>{in, out},
               SmallVector<utils::IteratorType>(rank,
@@ -546,61 +617,75 @@ LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
                     nb, l, arith::AddFOp::create(nb, l, a[1], sq).getResult());
               })
               .getResult(0);
-    }
-    Value norm = ew(fb, loc, ValueRange{sum, entry->getArgument(P)}, {}, f32,
-                    [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                      return arith::MulFOp::create(
-                          nb, l, math::SqrtOp::create(nb, l, a[0]), a[1]);
-                    });
-    func::ReturnOp::create(fb, loc, norm);
-    SmallVector<std::string> argNames;
-    for (const auto &s : info.params)
-      argNames.push_back("grad_acc." + s.name);
-    argNames.push_back("grad_scale");
-    setNames(fn, argNames, {"grad_norm"});
   }
+  Value norm = ew(fb, loc, ValueRange{sum, entry->getArgument(P)}, {}, f32,
+                  [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                    return arith::MulFOp::create(
+                        nb, l, math::SqrtOp::create(nb, l, a[0]), a[1]);
+                  });
+  func::ReturnOp::create(fb, loc, norm);
+  SmallVector<std::string> argNames;
+  for (const auto &s : info.params)
+    argNames.push_back("grad_acc." + s.name);
+  argNames.push_back("grad_scale");
+  setNames(fn, argNames, {"grad_norm"});
+}
 
-  //===------------------------------------------------------------------===//
-  // @eval(params, buffers, data, labels) -> (sample_loss [B], sample_correct
-  // [B])
-  {
-    auto evalType = fwdEval.getFunctionType();
-    SmallVector<Type> ins;
-    ins.append(paramTypes);
-    ins.append(bufferTypes);
-    ins.append(dataTypes.begin(), dataTypes.end());
-    ins.push_back(labelType);
-    auto vecF = RankedTensorType::get({B}, f32);
-    auto fn = func::FuncOp::create(
-        b, loc, kEvalFunc,
-        b.getFunctionType(ins, {vecF, RankedTensorType::get({B}, i64)}));
-    Block *entry = fn.addEntryBlock();
-    OpBuilder fb = OpBuilder::atBlockBegin(entry);
-    SmallVector<Value> fwdArgs(evalType.getNumInputs());
-    for (auto [j, i] : llvm::enumerate(paramIdx))
-      fwdArgs[i] = entry->getArgument(j);
-    for (auto [j, i] : llvm::enumerate(bufferIdx))
-      fwdArgs[i] = entry->getArgument(P + j);
-    for (auto [j, i] : llvm::enumerate(dataArgs))
-      fwdArgs[i] = entry->getArgument(P + NB + j);
-    Value labels = entry->getArgument(P + NB + D);
-    if (labelArg >= 0)
-      fwdArgs[labelArg] = labels;
-    SmallVector<Value> fwdRes = inlineBody(fb, fwdEval, fwdArgs);
-    Value out = fwdRes[outIdx];
-    auto [sampleLoss, correct] =
-        buildPerSampleLoss(fb, loc, opts.loss, out, labels, B);
-    func::ReturnOp::create(fb, loc, ValueRange{sampleLoss, correct});
-    SmallVector<std::string> argNames;
-    for (const auto &s : info.params)
-      argNames.push_back(s.name);
-    for (const auto &s : info.buffers)
-      argNames.push_back(s.name);
-    appendDataNames(argNames, info);
-    argNames.push_back("labels");
-    setNames(fn, argNames, {"sample_loss", "sample_correct"});
-  }
+/// @eval(params, buffers, data, labels) -> (sample_loss [B],
+/// sample_correct [B]): the eval-mode forward and the per-sample loss.
+void buildEval(OpBuilder &b, Location loc, func::FuncOp fwdEval,
+               const StepSignature &sig, const TrainOptions &opts,
+               const TrainingProgramInfo &info) {
+  unsigned P = sig.numParams(), NB = sig.numBuffers(), D = sig.numData();
+  int64_t B = sig.batch;
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  SmallVector<Type> ins;
+  ins.append(sig.paramTypes);
+  ins.append(sig.bufferTypes);
+  ins.append(sig.dataTypes.begin(), sig.dataTypes.end());
+  ins.push_back(sig.labelType);
+  auto vecF = RankedTensorType::get({B}, f32);
+  auto fn = func::FuncOp::create(
+      b, loc, kEvalFunc,
+      b.getFunctionType(ins, {vecF, RankedTensorType::get({B}, i64)}));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockBegin(entry);
+  // Arguments: params, buffers, data, labels.
+  SmallVector<Value> fwdArgs =
+      sig.forwardArgs(fwdEval, entry, /*dataStart=*/P + NB);
+  Value labels = entry->getArgument(P + NB + D);
+  SmallVector<Value> fwdRes = inlineBody(fb, fwdEval, fwdArgs);
+  Value out = fwdRes[sig.outIdx];
+  auto [sampleLoss, correct] =
+      buildPerSampleLoss(fb, loc, opts.loss, out, labels, B);
+  func::ReturnOp::create(fb, loc, ValueRange{sampleLoss, correct});
+  SmallVector<std::string> argNames;
+  for (const auto &s : info.params)
+    argNames.push_back(s.name);
+  for (const auto &s : info.buffers)
+    argNames.push_back(s.name);
+  appendDataNames(argNames, info);
+  argNames.push_back("labels");
+  setNames(fn, argNames, {"sample_loss", "sample_correct"});
+}
 
+} // namespace
+
+LogicalResult buildTrainingFunctions(ModuleOp module, func::FuncOp fwdTrain,
+                                     func::FuncOp fwdEval,
+                                     const TrainOptions &opts,
+                                     TrainingProgramInfo &info,
+                                     std::string &error) {
+  StepSignature sig;
+  if (failed(classifyArguments(fwdTrain, opts, info, sig, error)))
+    return failure();
+  Location loc = fwdTrain.getLoc();
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  if (failed(buildTrainMicro(b, loc, fwdTrain, sig, opts, info, error)) ||
+      failed(buildApply(b, loc, sig, opts, info, error)))
+    return failure();
+  buildGradNorm(b, loc, sig, info);
+  buildEval(b, loc, fwdEval, sig, opts, info);
   fwdTrain.erase();
   fwdEval.erase();
   return success();
