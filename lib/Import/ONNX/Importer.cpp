@@ -929,35 +929,29 @@ checkShapeOptions(GraphImporter &gi, const onnx::GraphProto &graph,
   return success();
 }
 
-OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
-                                      const std::string &bytes,
-                                      const ImportOptions &options,
-                                      ImportError &error) {
-  DialectRegistry registry;
-  registerImportDialects(registry);
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
-
-  GraphImporter gi(context, options, error);
-  onnx::ModelProto model;
+/// Parses `bytes` into `model` and finds its default-domain opset; runs the
+/// ONNX checker. Fails (error set) for an empty file, a protobuf that is not
+/// a ModelProto, a model without a graph or an opset newer than ONNX 1.22's.
+static LogicalResult parseModel(GraphImporter &gi, const std::string &bytes,
+                                onnx::ModelProto &model, int64_t &opset) {
   if (bytes.empty()) {
     (void)gi.fail(ImportErrorKind::Invalid, "invalid model: the file is empty");
-    return nullptr;
+    return failure();
   }
   if (!model.ParseFromString(bytes)) {
     (void)gi.fail(ImportErrorKind::Invalid,
                   "invalid model: not an ONNX ModelProto (protobuf parse "
                   "failed)");
-    return nullptr;
+    return failure();
   }
   if (!model.has_graph() ||
       (model.graph().node_size() == 0 && model.graph().output_size() == 0)) {
     (void)gi.fail(ImportErrorKind::Invalid,
                   "invalid model: the model has no graph (is this an ONNX "
                   "file?)");
-    return nullptr;
+    return failure();
   }
-  int64_t opset = -1;
+  opset = -1;
   for (const auto &o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx")
       opset = o.version();
@@ -977,27 +971,25 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                       Twine(kNewestOpset) +
                       ", ONNX 1.22); export the model with opset <= " +
                       Twine(kNewestOpset));
-    return nullptr;
+    return failure();
   }
-  if (failed(runOnnxChecks(gi, model, opset)))
-    return nullptr;
-  const onnx::GraphProto &graph = model.graph();
+  return runOnnxChecks(gi, model, opset);
+}
 
+/// Makes the initializers constants of `gi` and lists their names, shapes,
+/// dtypes and sizes (bytes) on the module (attrs::kInitializers).
+static LogicalResult importInitializers(GraphImporter &gi,
+                                        const onnx::GraphProto &graph,
+                                        ModuleOp module,
+                                        llvm::StringSet<> &initNames) {
   OpBuilder &b = gi.builder;
-  Location loc = gi.loc;
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  if (!graph.name().empty())
-    (*module)->setAttr(attrs::kGraphName, b.getStringAttr(graph.name()));
-  (*module)->setAttr(attrs::kOpset, b.getI64IntegerAttr(opset));
-
   // Initializers are constants; their names and sizes go on the module for
   // the plan report (and, in training programs, parameter selection).
-  llvm::StringSet<> initNames;
   SmallVector<Attribute> initInfo;
   for (const auto &t : graph.initializer()) {
     auto attr = gi.tensorToAttr(t, "initializer");
     if (failed(attr))
-      return nullptr;
+      return failure();
     gi.constants[t.name()] = {*attr, t.data_type()};
     initNames.insert(t.name());
     auto type = cast<RankedTensorType>(attr->getType());
@@ -1009,8 +1001,60 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
          b.getNamedAttr("dtype", b.getI32IntegerAttr(t.data_type())),
          b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes))}));
   }
-  (*module)->setAttr(attrs::kInitializers, b.getArrayAttr(initInfo));
+  module->setAttr(attrs::kInitializers, b.getArrayAttr(initInfo));
 
+  return success();
+}
+
+/// Checks the --bind-input value `bt` against graph input `vi` (dtype,
+/// shape) and makes it a constant of `gi`.
+static LogicalResult bindInputValue(GraphImporter &gi,
+                                    const onnx::ValueInfoProto &vi,
+                                    const ImportOptions::BoundTensor &bt) {
+  // A compile-time value for this input: check it, make it a constant.
+  int32_t declared = vi.type().tensor_type().elem_type();
+  // .npy has no bfloat16: its raw bits come as uint16, as for a
+  // program's --input.
+  if (declared != bt.dtype && !(declared == kBFloat16 && bt.dtype == kUInt16)) {
+    (void)gi.fail(ImportErrorKind::Invalid,
+                  "--bind-input " + vi.name() + ": value has dtype " +
+                      dtypeName(bt.dtype) + ", the graph input is " +
+                      dtypeName(declared));
+    return failure();
+  }
+  const auto &shp = vi.type().tensor_type().shape();
+  bool shapeOk = !vi.type().tensor_type().has_shape() ||
+                 shp.dim_size() == (int)bt.shape.size();
+  for (int i = 0; shapeOk && i < shp.dim_size(); ++i)
+    if (shp.dim(i).has_dim_value() && shp.dim(i).dim_value() != bt.shape[i])
+      shapeOk = false;
+  if (!shapeOk) {
+    (void)gi.fail(ImportErrorKind::Invalid,
+                  "--bind-input " + vi.name() +
+                      ": value shape does not match the graph input");
+    return failure();
+  }
+  onnx::TensorProto t;
+  t.set_name(vi.name());
+  t.set_data_type(declared);
+  for (int64_t d : bt.shape)
+    t.add_dims(d);
+  t.set_raw_data(bt.data);
+  auto attr = gi.tensorToAttr(t, "bound input");
+  if (failed(attr))
+    return failure();
+  gi.constants[vi.name()] = {*attr, declared};
+  return success();
+}
+
+/// The graph inputs that become arguments (not initializers, not bound by
+/// --bind-input): their types in `argTypes`, their ValueInfos in `argInfos`.
+static LogicalResult
+importGraphInputs(GraphImporter &gi, const onnx::GraphProto &graph,
+                  const ImportOptions &options,
+                  const llvm::StringSet<> &initNames,
+                  SmallVectorImpl<Type> &argTypes,
+                  SmallVectorImpl<const onnx::ValueInfoProto *> &argInfos) {
   {
     llvm::StringSet<> seen;
     for (const auto &vi : graph.input())
@@ -1018,52 +1062,16 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
         (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph input '" +
                                                     vi.name() +
                                                     "' is listed twice");
-        return nullptr;
+        return failure();
       }
   }
-  // Function signature from the non-initializer graph inputs.
-  SmallVector<Type> argTypes;
-  SmallVector<const onnx::ValueInfoProto *> argInfos;
   for (const auto &vi : graph.input()) {
     if (initNames.contains(vi.name()))
       continue;
     auto bound = options.boundInputs.find(vi.name());
     if (bound != options.boundInputs.end()) {
-      // A compile-time value for this input: check it, make it a constant.
-      const auto &bt = bound->second;
-      int32_t declared = vi.type().tensor_type().elem_type();
-      // .npy has no bfloat16: its raw bits come as uint16, as for a
-      // program's --input.
-      if (declared != bt.dtype &&
-          !(declared == kBFloat16 && bt.dtype == kUInt16)) {
-        (void)gi.fail(ImportErrorKind::Invalid,
-                      "--bind-input " + vi.name() + ": value has dtype " +
-                          dtypeName(bt.dtype) + ", the graph input is " +
-                          dtypeName(declared));
-        return nullptr;
-      }
-      const auto &shp = vi.type().tensor_type().shape();
-      bool shapeOk = !vi.type().tensor_type().has_shape() ||
-                     shp.dim_size() == (int)bt.shape.size();
-      for (int i = 0; shapeOk && i < shp.dim_size(); ++i)
-        if (shp.dim(i).has_dim_value() && shp.dim(i).dim_value() != bt.shape[i])
-          shapeOk = false;
-      if (!shapeOk) {
-        (void)gi.fail(ImportErrorKind::Invalid,
-                      "--bind-input " + vi.name() +
-                          ": value shape does not match the graph input");
-        return nullptr;
-      }
-      onnx::TensorProto t;
-      t.set_name(vi.name());
-      t.set_data_type(declared);
-      for (int64_t d : bt.shape)
-        t.add_dims(d);
-      t.set_raw_data(bt.data);
-      auto attr = gi.tensorToAttr(t, "bound input");
-      if (failed(attr))
-        return nullptr;
-      gi.constants[vi.name()] = {*attr, declared};
+      if (failed(bindInputValue(gi, vi, bound->second)))
+        return failure();
       continue;
     }
     if (!vi.type().has_tensor_type()) {
@@ -1071,7 +1079,7 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                     "unsupported: graph input '" + vi.name() +
                         "' is not a tensor (sequence, map and optional "
                         "inputs are not supported)");
-      return nullptr;
+      return failure();
     }
     int32_t dtype = vi.type().tensor_type().elem_type();
     Type elem = gi.elementType(dtype);
@@ -1079,17 +1087,17 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
       (void)gi.fail(ImportErrorKind::Unsupported,
                     "unsupported: graph input '" + vi.name() + "' has dtype " +
                         dtypeName(dtype));
-      return nullptr;
+      return failure();
     }
     SmallVector<int64_t> shape;
     if (failed(bindInputShape(gi, vi, shape)))
-      return nullptr;
+      return failure();
     if (!checkedNumElements(shape)) {
       (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph input '" +
                                                   vi.name() + "' has shape " +
                                                   shapeString(shape) +
                                                   ", more than 2^40 elements");
-      return nullptr;
+      return failure();
     }
     // Zero-size tensors compile for inference (MLIR's static shapes allow
     // them); a training step has no use for them.
@@ -1098,21 +1106,33 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                     "unsupported: graph input '" + vi.name() +
                         "' has zero elements (zero-size tensors are not "
                         "supported in training)");
-      return nullptr;
+      return failure();
     }
     argTypes.push_back(RankedTensorType::get(shape, elem));
     argInfos.push_back(&vi);
   }
 
-  if (failed(checkShapeOptions(gi, graph, options, argInfos)))
-    return nullptr;
+  return success();
+}
 
+/// Creates the function: the graph-input arguments, then (training) the
+/// parameter and buffer arguments selected from the float initializers
+/// (their initial values into options.initialValues), then the Dropout rng
+/// {seed, rank}; names, dtypes and roles on the arguments.
+static LogicalResult
+createFunction(GraphImporter &gi, const onnx::GraphProto &graph,
+               const ImportOptions &options, const llvm::StringSet<> &initNames,
+               ModuleOp module, SmallVectorImpl<Type> &argTypes,
+               ArrayRef<const onnx::ValueInfoProto *> argInfos,
+               func::FuncOp &func) {
+  OpBuilder &b = gi.builder;
+  Location loc = module.getLoc();
   // Training: float initializers become parameter or buffer arguments.
   SmallVector<std::pair<std::string, StringRef>> stateArgs; // (name, role)
   if (options.parameterize) {
     auto selected = selectStateArguments(gi, graph, options, initNames);
     if (failed(selected))
-      return nullptr;
+      return failure();
     stateArgs = std::move(*selected);
   }
   for (const auto &[name, role] : stateArgs) {
@@ -1138,9 +1158,9 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
   if (needsRng)
     argTypes.push_back(RankedTensorType::get({2}, b.getI64Type()));
 
-  b.setInsertionPointToEnd(module->getBody());
-  auto func = func::FuncOp::create(b, loc, options.funcName,
-                                   b.getFunctionType(argTypes, {}));
+  b.setInsertionPointToEnd(module.getBody());
+  func = func::FuncOp::create(b, loc, options.funcName,
+                              b.getFunctionType(argTypes, {}));
   Block *entry = func.addEntryBlock();
   b.setInsertionPointToStart(entry);
   for (auto [i, vi] : llvm::enumerate(argInfos)) {
@@ -1167,113 +1187,135 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     func.setArgAttr(i, attrs::kRole, b.getStringAttr("rng"));
   }
 
-  const OpRegistry &ops = getRegistry();
-  int64_t nodeIndex = 0;
-  for (const auto &node : graph.node()) {
-    // Ops built for this node carry its name (the op type and index when
-    // the node is unnamed), so fusion groups and diagnostics can name it.
-    gi.loc = NameLoc::get(StringAttr::get(
-        func.getContext(),
-        node.name().empty() ? node.op_type() + "_" + std::to_string(nodeIndex)
-                            : node.name()));
-    ++nodeIndex;
-    const std::string &domain = node.domain();
-    int64_t nodeOpset = opset;
-    if (!domain.empty() && domain != "ai.onnx") {
-      nodeOpset = -1;
-      for (const auto &o : model.opset_import())
-        if (o.domain() == domain)
-          nodeOpset = o.version();
-    }
-    NodeContext ctx(gi, node, nodeOpset);
+  return success();
+}
+
+/// float16/bfloat16 accumulations in float32: for an accumulating op with
+/// a half-precision input, the node's import computes in float32
+/// (NodeContext::promoteHalfPrecision).
+static void promoteAccumulations(GraphImporter &gi, NodeContext &ctx,
+                                 const onnx::NodeProto &node) {
+  static const llvm::StringSet<> accumulating = {"ReduceSum",
+                                                 "ReduceMean",
+                                                 "ReduceSumSquare",
+                                                 "ReduceL1",
+                                                 "ReduceL2",
+                                                 "ReduceLogSum",
+                                                 "ReduceLogSumExp",
+                                                 "ReduceProd",
+                                                 "MatMul",
+                                                 "Gemm",
+                                                 "Conv",
+                                                 "AveragePool",
+                                                 "GlobalAveragePool",
+                                                 "Softmax",
+                                                 "LogSoftmax",
+                                                 "LayerNormalization",
+                                                 "BatchNormalization",
+                                                 "InstanceNormalization",
+                                                 "LRN",
+                                                 "RMSNormalization",
+                                                 "LpNormalization",
+                                                 "CumSum",
+                                                 "NegativeLogLikelihoodLoss",
+                                                 "SoftmaxCrossEntropyLoss",
+                                                 "Mean",
+                                                 "Sum"};
+  if (accumulating.contains(node.op_type()))
     for (int i = 0; i < node.input_size(); ++i) {
-      const std::string &in = node.input(i);
-      if (!in.empty() && !gi.values.count(in) && !gi.constants.count(in)) {
-        (void)ctx.invalid("input '" + in +
-                          "' is not produced by any earlier node, graph input "
-                          "or initializer");
-        return nullptr;
+      int32_t dt = kUndefined;
+      if (auto v = gi.values.find(node.input(i)); v != gi.values.end())
+        dt = v->second.dtype;
+      else if (auto c = gi.constants.find(node.input(i));
+               c != gi.constants.end())
+        dt = c->second.second;
+      if (dt == kFloat16 || dt == kBFloat16) {
+        ctx.promoteHalfPrecision(dt);
+        break;
       }
     }
-    const NodeImportFn *fn = (domain.empty() || domain == "ai.onnx")
-                                 ? ops.lookup(node.op_type())
-                                 : nullptr;
-    if (!fn) {
-      (void)gi.fail(ImportErrorKind::Unsupported,
-                    "unsupported op " + ctx.describe());
-      return nullptr;
-    }
-    if (failed(checkArity(ctx)))
-      return nullptr;
-    // Every name is defined once (ONNX IR: graphs are in SSA form).
-    for (const std::string &out : node.output())
-      if (!out.empty() && (gi.values.count(out) || gi.constants.count(out))) {
-        (void)ctx.invalid("output '" + out +
-                          "' is already defined (by a graph input, an "
-                          "initializer or an earlier node)");
-        return nullptr;
-      }
-    // float16/bfloat16 accumulations in float32 (promoteHalfPrecision).
-    static const llvm::StringSet<> accumulating = {"ReduceSum",
-                                                   "ReduceMean",
-                                                   "ReduceSumSquare",
-                                                   "ReduceL1",
-                                                   "ReduceL2",
-                                                   "ReduceLogSum",
-                                                   "ReduceLogSumExp",
-                                                   "ReduceProd",
-                                                   "MatMul",
-                                                   "Gemm",
-                                                   "Conv",
-                                                   "AveragePool",
-                                                   "GlobalAveragePool",
-                                                   "Softmax",
-                                                   "LogSoftmax",
-                                                   "LayerNormalization",
-                                                   "BatchNormalization",
-                                                   "InstanceNormalization",
-                                                   "LRN",
-                                                   "RMSNormalization",
-                                                   "LpNormalization",
-                                                   "CumSum",
-                                                   "NegativeLogLikelihoodLoss",
-                                                   "SoftmaxCrossEntropyLoss",
-                                                   "Mean",
-                                                   "Sum"};
-    if (accumulating.contains(node.op_type()))
-      for (int i = 0; i < node.input_size(); ++i) {
-        int32_t dt = kUndefined;
-        if (auto v = gi.values.find(node.input(i)); v != gi.values.end())
-          dt = v->second.dtype;
-        else if (auto c = gi.constants.find(node.input(i));
-                 c != gi.constants.end())
-          dt = c->second.second;
-        if (dt == kFloat16 || dt == kBFloat16) {
-          ctx.promoteHalfPrecision(dt);
-          break;
-        }
-      }
-    if (failed((*fn)(ctx)) || error.kind != ImportErrorKind::None) {
-      if (error.kind == ImportErrorKind::None)
-        (void)ctx.unsupported("import failed");
-      return nullptr;
-    }
-    for (int i = 0; i < node.output_size(); ++i) {
-      const std::string &out = node.output(i);
-      if (!out.empty() && !gi.values.count(out) && !gi.constants.count(out)) {
-        (void)ctx.unsupported("optional output #" + Twine(i) + " ('" + out +
-                              "') is not supported");
-        return nullptr;
-      }
+}
+
+/// Imports one node at `nodeIndex` with the importer of its op type; fails
+/// (error set) for an unsupported op, a wrong arity, an undefined input, a
+/// redefined output or an optional output the importer does not produce.
+static LogicalResult importNode(GraphImporter &gi,
+                                const onnx::ModelProto &model, int64_t opset,
+                                const onnx::NodeProto &node, int64_t nodeIndex,
+                                MLIRContext *mctx) {
+  const OpRegistry &ops = getRegistry();
+  ImportError &error = gi.error;
+  // Ops built for this node carry its name (the op type and index when
+  // the node is unnamed), so fusion groups and diagnostics can name it.
+  gi.loc = NameLoc::get(StringAttr::get(
+      mctx, node.name().empty()
+                ? node.op_type() + "_" + std::to_string(nodeIndex)
+                : node.name()));
+  const std::string &domain = node.domain();
+  int64_t nodeOpset = opset;
+  if (!domain.empty() && domain != "ai.onnx") {
+    nodeOpset = -1;
+    for (const auto &o : model.opset_import())
+      if (o.domain() == domain)
+        nodeOpset = o.version();
+  }
+  NodeContext ctx(gi, node, nodeOpset);
+  for (int i = 0; i < node.input_size(); ++i) {
+    const std::string &in = node.input(i);
+    if (!in.empty() && !gi.values.count(in) && !gi.constants.count(in)) {
+      (void)ctx.invalid("input '" + in +
+                        "' is not produced by any earlier node, graph input "
+                        "or initializer");
+      return failure();
     }
   }
+  const NodeImportFn *fn = (domain.empty() || domain == "ai.onnx")
+                               ? ops.lookup(node.op_type())
+                               : nullptr;
+  if (!fn) {
+    (void)gi.fail(ImportErrorKind::Unsupported,
+                  "unsupported op " + ctx.describe());
+    return failure();
+  }
+  if (failed(checkArity(ctx)))
+    return failure();
+  // Every name is defined once (ONNX IR: graphs are in SSA form).
+  for (const std::string &out : node.output())
+    if (!out.empty() && (gi.values.count(out) || gi.constants.count(out))) {
+      (void)ctx.invalid("output '" + out +
+                        "' is already defined (by a graph input, an "
+                        "initializer or an earlier node)");
+      return failure();
+    }
+  promoteAccumulations(gi, ctx, node);
+  if (failed((*fn)(ctx)) || error.kind != ImportErrorKind::None) {
+    if (error.kind == ImportErrorKind::None)
+      (void)ctx.unsupported("import failed");
+    return failure();
+  }
+  for (int i = 0; i < node.output_size(); ++i) {
+    const std::string &out = node.output(i);
+    if (!out.empty() && !gi.values.count(out) && !gi.constants.count(out)) {
+      (void)ctx.unsupported("optional output #" + Twine(i) + " ('" + out +
+                            "') is not supported");
+      return failure();
+    }
+  }
+  return success();
+}
 
-  // Results.
+/// The function's results: the graph outputs (named, with dtypes), then
+/// (training) the buffer updates; sets the final function type.
+static LogicalResult buildResults(GraphImporter &gi,
+                                  const onnx::GraphProto &graph,
+                                  const ImportOptions &options, Location loc,
+                                  ArrayRef<Type> argTypes, func::FuncOp func) {
+  OpBuilder &b = gi.builder;
   if (graph.output_size() == 0) {
     (void)gi.fail(ImportErrorKind::Invalid,
                   "invalid model: the graph has no outputs, so there is "
                   "nothing to compute");
-    return nullptr;
+    return failure();
   }
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
@@ -1286,13 +1328,13 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                     "invalid model: graph output '" + vi.name() +
                         "' is listed twice; output names must be unique "
                         "(add an Identity node for the second copy)");
-      return nullptr;
+      return failure();
     }
     if (!gi.values.count(vi.name()) && !gi.constants.count(vi.name())) {
       (void)gi.fail(ImportErrorKind::Invalid, "invalid model: graph output '" +
                                                   vi.name() +
                                                   "' is never produced");
-      return nullptr;
+      return failure();
     }
     TValue v = gi.values.count(vi.name()) ? gi.values[vi.name()]
                                           : gi.materialize(vi.name());
@@ -1301,7 +1343,7 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
                     "unsupported: graph output '" + vi.name() +
                         "' has zero elements (zero-size tensors are not "
                         "supported in training)");
-      return nullptr;
+      return failure();
     }
     results.push_back(v.value);
     resultTypes.push_back(v.value.getType());
@@ -1327,7 +1369,13 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
     func.setResultAttr(i, attrs::kRole, b.getStringAttr("buffer_update"));
   }
 
-  // A verifier failure is ddpc's bug, but it must still be one line.
+  return success();
+}
+
+/// Verifies the imported module; a failure is ddpc's bug, but it must
+/// still be one line.
+static LogicalResult verifyImported(GraphImporter &gi, MLIRContext &context,
+                                    ModuleOp module) {
   std::string diag;
   {
     ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
@@ -1335,13 +1383,57 @@ OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
         diag = d.str();
       return success();
     });
-    if (failed(verify(*module))) {
+    if (failed(verify(module))) {
       (void)gi.fail(ImportErrorKind::Invalid,
                     "internal error: the imported IR does not verify (" +
                         StringRef(diag).split('\n').first + ")");
-      return nullptr;
+      return failure();
     }
   }
+  return success();
+}
+
+OwningOpRef<ModuleOp> importONNXModel(MLIRContext &context,
+                                      const std::string &bytes,
+                                      const ImportOptions &options,
+                                      ImportError &error) {
+  DialectRegistry registry;
+  registerImportDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+
+  GraphImporter gi(context, options, error);
+  onnx::ModelProto model;
+  int64_t opset = -1;
+  if (failed(parseModel(gi, bytes, model, opset)))
+    return nullptr;
+  const onnx::GraphProto &graph = model.graph();
+
+  OpBuilder &b = gi.builder;
+  Location loc = gi.loc;
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  if (!graph.name().empty())
+    (*module)->setAttr(attrs::kGraphName, b.getStringAttr(graph.name()));
+  (*module)->setAttr(attrs::kOpset, b.getI64IntegerAttr(opset));
+
+  llvm::StringSet<> initNames;
+  SmallVector<Type> argTypes;
+  SmallVector<const onnx::ValueInfoProto *> argInfos;
+  func::FuncOp func;
+  if (failed(importInitializers(gi, graph, *module, initNames)) ||
+      failed(importGraphInputs(gi, graph, options, initNames, argTypes,
+                               argInfos)) ||
+      failed(checkShapeOptions(gi, graph, options, argInfos)) ||
+      failed(createFunction(gi, graph, options, initNames, *module, argTypes,
+                            argInfos, func)))
+    return nullptr;
+  int64_t nodeIndex = 0;
+  for (const auto &node : graph.node())
+    if (failed(importNode(gi, model, opset, node, nodeIndex++, &context)))
+      return nullptr;
+  if (failed(buildResults(gi, graph, options, loc, argTypes, func)) ||
+      failed(verifyImported(gi, context, *module)))
+    return nullptr;
   return module;
 }
 
