@@ -10,10 +10,27 @@
 // decides whether the convolution (with its own im2col + GEMM fallback)
 // and the kernel run after all.
 // CHECK-LABEL: func.func @conv_bias_relu(
-// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_bias_act_f32(%c2_i64, %c3_i64, %c6_i64, %c6_i64_0, %c4_i64, %c3_i64_1, %c3_i64_2, %c4_i64_3, %c4_i64_4, %c1_i64, %c1_i64_5, %c1_i64_6, %c1_i64_7, %c1_i64_8, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c1_i32) {ddpc.library = "cudnn"} : (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i32) -> i32
-// CHECK: %[[FAILED:.*]] = arith.cmpi eq, %[[DONE]], %c0_i32
+// CHECK: %[[KIND:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[N:.*]] = arith.constant 2 : i64
+// CHECK-NEXT: %[[C:.*]] = arith.constant 3 : i64
+// CHECK-NEXT: %[[H:.*]] = arith.constant 6 : i64
+// CHECK-NEXT: %[[W:.*]] = arith.constant 6 : i64
+// CHECK-NEXT: %[[K:.*]] = arith.constant 4 : i64
+// CHECK-NEXT: %[[R:.*]] = arith.constant 3 : i64
+// CHECK-NEXT: %[[S:.*]] = arith.constant 3 : i64
+// CHECK-NEXT: %[[P:.*]] = arith.constant 4 : i64
+// CHECK-NEXT: %[[Q:.*]] = arith.constant 4 : i64
+// CHECK-NEXT: %[[STRIDE_H:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: %[[STRIDE_W:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: %[[DIL_H:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: %[[DIL_W:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: %[[GROUPS:.*]] = arith.constant 1 : i64
+// CHECK: %[[RELU:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: %[[DONE:.*]] = call @ddpc_conv2d_bias_act_f32(%[[N]], %[[C]], %[[H]], %[[W]], %[[K]], %[[R]], %[[S]], %[[P]], %[[Q]], %[[STRIDE_H]], %[[STRIDE_W]], %[[DIL_H]], %[[DIL_W]], %[[GROUPS]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[RELU]]) {ddpc.library = "cudnn"} : (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i32) -> i32
+// CHECK-NEXT: %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[FAILED:.*]] = arith.cmpi eq, %[[DONE]], %[[ZERO]]
 // CHECK: scf.if %[[FAILED]] {
-// CHECK-NEXT: %[[INNER:.*]] = func.call @ddpc_conv2d_f32(%c0_i32
+// CHECK-NEXT: %[[INNER:.*]] = func.call @ddpc_conv2d_f32(%[[KIND]], %[[N]], %[[C]]
 // CHECK-NEXT: %[[DECLINED:.*]] = arith.cmpi eq, %[[INNER]]
 // CHECK-NEXT: scf.if %[[DECLINED]] {
 // CHECK: func.call @ddpc_gemm_f32(
