@@ -356,6 +356,21 @@ CASES = {
         c(X=[3, 4], opset=20, name="exact"),
         c(X=[3, 4], opset=20, attrs=dict(approximate="tanh"), name="tanh"),
     ],
+    "Einsum": [
+        c(
+            opset=12,
+            Inputs=Var([2, 3, 4], [2, 4, 5]),
+            attrs=dict(equation="bij,bjk->bik"),
+        ),
+        # Implicit output, three operands, a diagonal and a broadcast ellipsis.
+        c(opset=12, Inputs=Var([3, 4], [4, 2], [2]), attrs=dict(equation="ij,jk,k")),
+        c(
+            opset=12,
+            Inputs=Var([2, 3, 3], [1, 3]),
+            attrs=dict(equation="...ii,...i->...i"),
+        ),
+        c(opset=12, Inputs=Var([4, 4]), attrs=dict(equation="ii->")),
+    ],
     "Gemm": [c(A=[3, 4], B=[5, 4], C=[5], attrs=dict(transB=1, alpha=0.5, beta=2.0))],
     "GlobalAveragePool": [c(X=[2, 3, 3, 2])],
     "GlobalMaxPool": [c(X=[2, 3, 3, 2])],

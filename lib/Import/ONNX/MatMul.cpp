@@ -1,8 +1,11 @@
-//===- MatMul.cpp - Import of ONNX MatMul and Gemm ------------------------===//
+//===- MatMul.cpp - Import of ONNX MatMul, Gemm and Einsum ----------------===//
 //
 // Part of ddpc. MatMul follows numpy.matmul (1-D promotion, broadcast batch
 // dimensions); Gemm computes alpha * op(A) op(B) + beta * C. Both become a
 // contraction linalg.generic (parallel batch/m/n dims, one reduction dim).
+// Einsum (opset 12) becomes one linalg.generic over all its labels: the
+// output's labels parallel, the others reductions, the body the product of
+// the operands added to the accumulator.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +13,10 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+#include <map>
 
 using namespace mlir;
 
@@ -179,11 +186,231 @@ LogicalResult importGemm(NodeContext &ctx) {
   return success();
 }
 
+/// Einsum's labels: the letters a-z, A-Z are 0..51; the ellipsis' dims
+/// (right-aligned over the operands, numpy broadcasting) follow from 52.
+constexpr int kEllipsisLabel = 52;
+
+int letterLabel(char c) {
+  if (c >= 'a' && c <= 'z')
+    return c - 'a';
+  if (c >= 'A' && c <= 'Z')
+    return 26 + (c - 'A');
+  return -1;
+}
+
+/// One term of an Einsum equation: its letter labels, and where the
+/// ellipsis stands among them (-1: none).
+struct EinsumTerm {
+  SmallVector<int> letters;
+  int ellipsisAt = -1;
+};
+
+/// Parses one term (spaces already removed); false for a character that is
+/// not a letter or a second ellipsis.
+bool parseEinsumTerm(StringRef text, EinsumTerm &term) {
+  for (size_t i = 0; i < text.size();) {
+    if (text.substr(i).starts_with("...")) {
+      if (term.ellipsisAt >= 0)
+        return false;
+      term.ellipsisAt = term.letters.size();
+      i += 3;
+      continue;
+    }
+    int l = letterLabel(text[i]);
+    if (l < 0)
+      return false;
+    term.letters.push_back(l);
+    ++i;
+  }
+  return true;
+}
+
+/// The labels of each dimension of a term with `ellipsisDims` ellipsis
+/// dimensions, of `totalEllipsis` in all (right-aligned).
+SmallVector<int> termLabels(const EinsumTerm &term, int64_t ellipsisDims,
+                            int64_t totalEllipsis) {
+  SmallVector<int> labels;
+  for (size_t i = 0; i <= term.letters.size(); ++i) {
+    if ((int)i == term.ellipsisAt)
+      for (int64_t e = 0; e < ellipsisDims; ++e)
+        labels.push_back(kEllipsisLabel + totalEllipsis - ellipsisDims + e);
+    if (i < term.letters.size())
+      labels.push_back(term.letters[i]);
+  }
+  return labels;
+}
+
+/// Einsum-12: `equation` "term,term,...[->term]" over the inputs; without
+/// "->", the output is the ellipsis dims then the labels that occur once,
+/// in alphabetical order (numpy.einsum). A label repeated within one
+/// operand reads its diagonal: the repeat becomes a reduction dimension
+/// tied to the first by a constant identity factor, so that the VJP of the
+/// one generic covers diagonals too.
+LogicalResult importEinsum(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"equation"})))
+    return failure();
+  if (!ctx.attr("equation"))
+    return ctx.invalid("missing attribute 'equation'");
+  std::string eq;
+  for (char c : ctx.attrString("equation", ""))
+    if (c != ' ')
+      eq += c;
+  StringRef eqRef(eq);
+  auto [lhs, rhs] = eqRef.split("->");
+  bool explicitOut = eqRef.contains("->");
+  SmallVector<StringRef> termTexts;
+  lhs.split(termTexts, ',');
+  int n = ctx.numInputs();
+  if ((int)termTexts.size() != n)
+    return ctx.invalid("equation '" + ctx.attrString("equation", "") +
+                       "' has " + Twine(termTexts.size()) +
+                       " operand term(s) for " + Twine(n) + " input(s)");
+  SmallVector<TValue> ins;
+  for (int i = 0; i < n; ++i)
+    ins.push_back(ctx.input(i));
+  for (const TValue &v : ins) {
+    if (v.dtype != ins[0].dtype)
+      return ctx.invalid("inputs have different dtypes");
+    if (v.dtype == kBool)
+      return ctx.unsupported("bool Einsum");
+  }
+  SmallVector<EinsumTerm> terms(n);
+  int64_t totalEllipsis = 0;
+  SmallVector<int64_t> ellipsisDims(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!parseEinsumTerm(termTexts[i], terms[i]))
+      return ctx.invalid("equation term '" + termTexts[i] +
+                         "' is not letters with at most one '...'");
+    int64_t letters = terms[i].letters.size();
+    int64_t rank = ins[i].rank();
+    if (terms[i].ellipsisAt < 0 ? letters != rank : letters > rank)
+      return ctx.invalid("equation term '" + termTexts[i] + "' has " +
+                         Twine(letters) + " label(s) for input " + Twine(i) +
+                         " of rank " + Twine(rank));
+    ellipsisDims[i] = rank - letters;
+    totalEllipsis = std::max(totalEllipsis, ellipsisDims[i]);
+  }
+  // Each label's size: the operands' sizes agree, or are 1 (broadcast).
+  std::map<int, int64_t> sizes;
+  std::map<int, int> occurrences;
+  SmallVector<SmallVector<int>> labels;
+  for (int i = 0; i < n; ++i) {
+    labels.push_back(termLabels(terms[i], ellipsisDims[i], totalEllipsis));
+    for (auto [d, l] : llvm::enumerate(labels.back())) {
+      int64_t size = ins[i].shape()[d];
+      auto [it, inserted] = sizes.insert({l, size});
+      if (!inserted && it->second != size) {
+        if (it->second != 1 && size != 1)
+          return ctx.invalid("label sizes differ: " + Twine(it->second) +
+                             " and " + Twine(size) + " in input " + Twine(i));
+        it->second = std::max(it->second, size);
+      }
+      ++occurrences[l];
+    }
+  }
+  SmallVector<int> outLabels;
+  if (explicitOut) {
+    EinsumTerm out;
+    if (!parseEinsumTerm(rhs, out))
+      return ctx.invalid("output term '" + rhs +
+                         "' is not letters with at most one '...'");
+    outLabels = termLabels(out, totalEllipsis, totalEllipsis);
+    llvm::SmallDenseSet<int> seen;
+    for (int l : outLabels) {
+      if (!sizes.count(l))
+        return ctx.invalid("output term '" + rhs +
+                           "' has a label that no input term has");
+      if (!seen.insert(l).second)
+        return ctx.invalid("output term '" + rhs + "' repeats a label");
+    }
+  } else {
+    for (int64_t e = 0; e < totalEllipsis; ++e)
+      outLabels.push_back(kEllipsisLabel + e);
+    // Alphabetical as numpy orders them: 'A'-'Z' before 'a'-'z'.
+    for (int l = 26; l < 52; ++l)
+      if (occurrences.count(l) && occurrences.at(l) == 1)
+        outLabels.push_back(l);
+    for (int l = 0; l < 26; ++l)
+      if (occurrences.count(l) && occurrences.at(l) == 1)
+        outLabels.push_back(l);
+  }
+  // Loop dims: the output's labels, then the summed ones, then one per
+  // repeat of a label within an operand (tied by an identity factor).
+  std::map<int, unsigned> dimOf;
+  SmallVector<int64_t> outShape;
+  for (int l : outLabels) {
+    dimOf[l] = dimOf.size();
+    outShape.push_back(sizes[l]);
+  }
+  for (const auto &ls : labels)
+    for (int l : ls)
+      if (!dimOf.count(l))
+        dimOf[l] = dimOf.size();
+  unsigned numDims = dimOf.size();
+  MLIRContext *mctx = ctx.builder().getContext();
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = ins[0].elementType();
+  SmallVector<Value> operands;
+  SmallVector<AffineMap> maps;
+  SmallVector<std::pair<unsigned, unsigned>> ties; // (first, repeat) dims
+  for (int i = 0; i < n; ++i) {
+    SmallVector<AffineExpr> exprs;
+    llvm::SmallDenseSet<int> seen;
+    for (auto [d, l] : llvm::enumerate(labels[i])) {
+      unsigned dim = dimOf[l];
+      if (!seen.insert(l).second) {
+        dim = numDims++;
+        ties.push_back({dimOf[l], dim});
+      }
+      exprs.push_back(ins[i].shape()[d] == 1 && sizes[l] != 1
+                          ? getAffineConstantExpr(0, mctx)
+                          : getAffineDimExpr(dim, mctx));
+    }
+    operands.push_back(ins[i].value);
+    maps.push_back(AffineMap::get(0, 0, exprs, mctx)); // numDims set below
+  }
+  for (AffineMap &m : maps)
+    m = AffineMap::get(numDims, 0, m.getResults(), mctx);
+  SmallVector<int64_t> tieSizes;
+  for (auto [first, repeat] : ties) {
+    int64_t size = 0;
+    for (auto [l, d] : dimOf)
+      if (d == first)
+        size = sizes[l];
+    auto type = RankedTensorType::get({size, size}, elem);
+    SmallVector<Attribute> values;
+    for (int64_t r = 0; r < size; ++r)
+      for (int64_t c = 0; c < size; ++c)
+        values.push_back(scalarAttr(elem, r == c ? 1.0 : 0.0));
+    operands.push_back(arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(type, values)));
+    maps.push_back(AffineMap::get(
+        numDims, 0,
+        {getAffineDimExpr(first, mctx), getAffineDimExpr(repeat, mctx)}, mctx));
+  }
+  bool isF = isa<FloatType>(elem);
+  Value r = buildGeneric(
+      b, loc, operands, maps, outShape, elem, numDims - outShape.size(),
+      scalarAttr(elem, 0.0), [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value prod = args[0];
+        for (size_t k = 1; k + 1 < args.size(); ++k)
+          prod = isF ? arith::MulFOp::create(nb, l, prod, args[k]).getResult()
+                     : arith::MulIOp::create(nb, l, prod, args[k]).getResult();
+        Value acc = args.back();
+        return isF ? arith::AddFOp::create(nb, l, acc, prod).getResult()
+                   : arith::AddIOp::create(nb, l, acc, prod).getResult();
+      });
+  ctx.setOutput(0, {r, ins[0].dtype});
+  return success();
+}
+
 } // namespace
 
 void registerMatMulOps(OpRegistry &r) {
   r.add("MatMul", importMatMul);
   r.add("Gemm", importGemm);
+  r.add("Einsum", importEinsum);
 }
 
 } // namespace ddpc::onnx_import
