@@ -370,3 +370,39 @@ def test_batchnorm_training_outputs_are_defined(opset):
         np.testing.assert_allclose(ours[o], ref[o], rtol=1e-5, atol=1e-6, err_msg=o)
     if opset < 14:
         np.testing.assert_allclose(ours["sv"], x.var(axis=(0, 2, 3)), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "op,attrs,opset",
+    [
+        ("LpPool", dict(kernel_shape=[3, 3], p=3, strides=[2, 2]), 11),
+        ("LpPool", dict(kernel_shape=[2, 2], p=2, ceil_mode=1, strides=[2, 2]), 18),
+        ("LpPool", dict(kernel_shape=[2, 2], p=1, auto_pad="SAME_UPPER"), 11),
+        ("GlobalLpPool", dict(p=2), 2),
+        ("GlobalLpPool", dict(p=3), 2),
+        ("GlobalLpPool", dict(), 2),
+    ],
+)
+def test_lppool_matches_onnxruntime(op, attrs, opset):
+    """LpPool: (sum over the window of |x|^p)^(1/p), pads adding 0; the
+    global form over all spatial positions."""
+    m = model(
+        [helper.make_node(op, ["x"], ["y"], **attrs)],
+        [("x", TensorProto.FLOAT, [2, 3, 7, 5])],
+        [("y", TensorProto.FLOAT)],
+        opset=opset,
+    )
+    x = np.random.default_rng(0).standard_normal((2, 3, 7, 5)).astype(np.float32)
+    ours, ref = both(m, {"x": x})
+    np.testing.assert_allclose(ours["y"], ref[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("p", [0, -2])
+def test_lppool_refuses_p_not_positive(p):
+    m = model(
+        [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2], p=p)],
+        [("x", TensorProto.FLOAT, [1, 1, 4])],
+        [("y", TensorProto.FLOAT)],
+    )
+    with pytest.raises(ddpc_py.CompileError, match="p must be a finite number > 0"):
+        ddpc_py.compile(m, onnx_checker=False)

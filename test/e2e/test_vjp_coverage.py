@@ -373,12 +373,18 @@ CASES = {
     ],
     "Gemm": [c(A=[3, 4], B=[5, 4], C=[5], attrs=dict(transB=1, alpha=0.5, beta=2.0))],
     "GlobalAveragePool": [c(X=[2, 3, 3, 2])],
+    "GlobalLpPool": [c(X=[2, 3, 3, 2]), c(X=[2, 2, 3], attrs=dict(p=3))],
     "GlobalMaxPool": [c(X=[2, 3, 3, 2])],
     "InstanceNormalization": [c(input=[2, 3, 2, 2], scale=[3], B=[3])],
     "LRN": [c(X=[1, 5, 2, 2], attrs=dict(size=3))],
     "LayerNormalization": [c(X=[2, 3, 4], Scale=[4], B=[4])],
     "LogSoftmax": [c(input=[3, 4])],
     "MatMul": [c(A=[2, 3, 4], B=[4, 5])],
+    "LpPool": [
+        c(X=[1, 2, 4, 4], attrs=dict(kernel_shape=[2, 2], strides=[2, 1])),
+        c(X=[1, 2, 5], attrs=dict(kernel_shape=[3], p=3, pads=[1, 1])),
+        c(X=[1, 1, 4, 4], attrs=dict(kernel_shape=[2, 2], p=1)),
+    ],
     "MaxPool": [
         c(
             X=[1, 2, 5, 5],

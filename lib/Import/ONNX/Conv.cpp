@@ -1,8 +1,9 @@
 //===- Conv.cpp - Import of ONNX Conv and pooling ops ---------------------===//
 //
 // Part of ddpc. Conv (N-d, groups, dilations, strides, explicit or auto
-// padding), MaxPool, AveragePool (count_include_pad, ceil_mode),
-// GlobalAveragePool and GlobalMaxPool, following the ONNX operator spec
+// padding), MaxPool, AveragePool (count_include_pad, ceil_mode), LpPool
+// ((sum of |x|^p over the window)^(1/p), pads contributing 0) and the
+// global forms of the three, following the ONNX operator spec
 // (Operators.md, "Conv" and "MaxPool" output-shape formulas).
 //
 // Conv is one contraction linalg.generic over [N, G, M/G, O... | C/G, K...]
@@ -14,7 +15,10 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+#include <cmath>
 
 using namespace mlir;
 
@@ -186,8 +190,48 @@ LogicalResult importConv(NodeContext &ctx) {
   return success();
 }
 
-LogicalResult importPool(NodeContext &ctx, bool isMax) {
+enum class PoolKind { Max, Average, Lp };
+
+/// LpPool's p: a float attribute in opset 1, an int from opset 2 (default 2).
+double lpPoolP(NodeContext &ctx) {
+  return ctx.opset < 2 ? ctx.attrFloat("p", 2.0f)
+                       : static_cast<double>(ctx.attrInt("p", 2));
+}
+
+/// |x|^p, the term LpPool sums.
+Value lpTerm(OpBuilder &b, Location l, Value x, double p) {
+  if (p == 2.0)
+    return arith::MulFOp::create(b, l, x, x);
+  Value ax = math::AbsFOp::create(b, l, x);
+  if (p == 1.0)
+    return ax;
+  return math::PowFOp::create(b, l, ax, scalarConst(b, l, x.getType(), p));
+}
+
+/// s^(1/p), LpPool's result from the sum of its terms.
+Value lpRoot(OpBuilder &b, Location l, Value s, double p) {
+  if (p == 1.0)
+    return s;
+  if (p == 2.0)
+    return math::SqrtOp::create(b, l, s);
+  return math::PowFOp::create(b, l, s, scalarConst(b, l, s.getType(), 1.0 / p));
+}
+
+/// Checks LpPool's p: a finite number > 0 (the spec does not say; 1/p
+/// must exist).
+LogicalResult checkLpPoolP(NodeContext &ctx, double p) {
+  if (!(p > 0.0) || !std::isfinite(p))
+    return ctx.invalid("p must be a finite number > 0, got " +
+                       std::to_string(p));
+  return success();
+}
+
+LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
+  bool isMax = kind == PoolKind::Max;
   TValue x = ctx.input(0);
+  double p = kind == PoolKind::Lp ? lpPoolP(ctx) : 1.0;
+  if (kind == PoolKind::Lp && failed(checkLpPoolP(ctx, p)))
+    return failure();
   if (!isFloatDType(x.dtype) && !(isMax && x.dtype != kBool))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
   if (ctx.hasOutput(1))
@@ -235,6 +279,8 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
        AffineMap::get(numDims, 0, ke, mctx)},
       outShape, elem, k, isMax ? lowestAttr(elem, isU) : scalarAttr(elem, 0.0),
       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        if (kind == PoolKind::Lp)
+          return arith::AddFOp::create(nb, l, a[2], lpTerm(nb, l, a[0], p));
         if (!isMax)
           return arith::AddFOp::create(nb, l, a[2], a[0]);
         if (isF)
@@ -242,7 +288,12 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
         return isU ? arith::MaxUIOp::create(nb, l, a[2], a[0]).getResult()
                    : arith::MaxSIOp::create(nb, l, a[2], a[0]).getResult();
       });
-  if (!isMax) {
+  if (kind == PoolKind::Lp)
+    r = buildElementwise(b, loc, r, outShape, elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) {
+                           return lpRoot(nb, l, a[0], p);
+                         });
+  if (kind == PoolKind::Average) {
     // Divisor per output position: window elements inside the input (or
     // inside input + explicit pads with count_include_pad), separable per dim.
     bool includePad = ctx.attrFlag("count_include_pad", false);
@@ -278,7 +329,11 @@ LogicalResult importPool(NodeContext &ctx, bool isMax) {
   return success();
 }
 
-LogicalResult importGlobalPool(NodeContext &ctx, bool isMax) {
+LogicalResult importGlobalPool(NodeContext &ctx, PoolKind kind) {
+  bool isMax = kind == PoolKind::Max;
+  double p = kind == PoolKind::Lp ? lpPoolP(ctx) : 1.0;
+  if (kind == PoolKind::Lp && failed(checkLpPoolP(ctx, p)))
+    return failure();
   TValue x = ctx.input(0);
   if (!isFloatDType(x.dtype))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
@@ -294,15 +349,24 @@ LogicalResult importGlobalPool(NodeContext &ctx, bool isMax) {
   OpBuilder &b = ctx.builder();
   Location loc = ctx.loc();
   Type elem = x.elementType();
-  Value r =
-      buildReduction(b, loc, x.value, axes, true,
-                     isMax ? lowestAttr(elem, false) : scalarAttr(elem, 0.0),
-                     [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                       if (isMax)
-                         return arith::MaximumFOp::create(nb, l, a[0], a[1]);
-                       return arith::AddFOp::create(nb, l, a[0], a[1]);
-                     });
-  if (!isMax) {
+  Value r = buildReduction(
+      b, loc, x.value, axes, true,
+      isMax ? lowestAttr(elem, false) : scalarAttr(elem, 0.0),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        if (isMax)
+          return arith::MaximumFOp::create(nb, l, a[0], a[1]);
+        if (kind == PoolKind::Lp)
+          return arith::AddFOp::create(nb, l, a[0], lpTerm(nb, l, a[1], p));
+        return arith::AddFOp::create(nb, l, a[0], a[1]);
+      });
+  if (kind == PoolKind::Lp) {
+    auto shape = cast<RankedTensorType>(r.getType()).getShape();
+    r = buildElementwise(b, loc, r, shape, elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) {
+                           return lpRoot(nb, l, a[0], p);
+                         });
+  }
+  if (kind == PoolKind::Average) {
     auto shape = cast<RankedTensorType>(r.getType()).getShape();
     r = buildElementwise(b, loc, r, shape, elem,
                          [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
@@ -318,12 +382,16 @@ LogicalResult importGlobalPool(NodeContext &ctx, bool isMax) {
 
 void registerConvOps(OpRegistry &r) {
   r.add("Conv", importConv);
-  r.add("MaxPool", [](NodeContext &c) { return importPool(c, true); });
-  r.add("AveragePool", [](NodeContext &c) { return importPool(c, false); });
+  r.add("MaxPool", [](NodeContext &c) { return importPool(c, PoolKind::Max); });
+  r.add("AveragePool",
+        [](NodeContext &c) { return importPool(c, PoolKind::Average); });
+  r.add("LpPool", [](NodeContext &c) { return importPool(c, PoolKind::Lp); });
   r.add("GlobalAveragePool",
-        [](NodeContext &c) { return importGlobalPool(c, false); });
+        [](NodeContext &c) { return importGlobalPool(c, PoolKind::Average); });
   r.add("GlobalMaxPool",
-        [](NodeContext &c) { return importGlobalPool(c, true); });
+        [](NodeContext &c) { return importGlobalPool(c, PoolKind::Max); });
+  r.add("GlobalLpPool",
+        [](NodeContext &c) { return importGlobalPool(c, PoolKind::Lp); });
 }
 
 } // namespace ddpc::onnx_import
