@@ -217,6 +217,24 @@ CASES = {
             name="exclusive-reverse",
         ),
     ],
+    "CumProd": [
+        c(opset=26, x=[3, 4], axis=i64(1), name="inclusive"),
+        c(
+            opset=26,
+            x=[3, 4],
+            axis=i64(-2),
+            attrs=dict(exclusive=1, reverse=1),
+            name="exclusive-reverse",
+        ),
+        # Exact zeros: the product's derivative is not y / x there.
+        c(
+            opset=26,
+            x=[3, 5],
+            axis=i64(1),
+            domain=lambda x: np.where(np.abs(x) < 0.5, 0.0, x),
+            name="zeros",
+        ),
+    ],
     "GatherElements": [
         c(data=[3, 4], indices=i64([[0, -1, 2, 0], [2, 2, 1, 0]]), attrs=dict(axis=0))
     ],

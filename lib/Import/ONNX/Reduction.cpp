@@ -327,10 +327,12 @@ LogicalResult importArgExtreme(NodeContext &ctx, bool isMax,
   return success();
 }
 
-/// CumSum: the running sum along `axis` (input 1, a constant), inclusive
-/// or `exclusive`, forward or `reverse`: out[i] = sum of x[j] over j <= i
-/// (j < i, j >= i, j > i), as a reduction over a second copy of the axis.
-LogicalResult importCumSum(NodeContext &ctx) {
+/// CumSum and CumProd (opset 26): the running sum (product) along `axis`
+/// (input 1, a constant), inclusive or `exclusive`, forward or `reverse`:
+/// out[i] = sum (product) of x[j] over j <= i (j < i, j >= i, j > i), as a
+/// reduction over a second copy of the axis; terms outside the range are
+/// the identity (0, 1).
+LogicalResult importCumulative(NodeContext &ctx, bool product) {
   if (failed(ctx.checkAttrs({"exclusive", "reverse"})))
     return failure();
   TValue x = ctx.input(0);
@@ -356,7 +358,8 @@ LogicalResult importCumSum(NodeContext &ctx) {
   Value r = buildGeneric(
       ctx.builder(), ctx.loc(), x.value,
       {AffineMap::get(rank + 1, 0, xExprs, mctx)}, x.shape(), elem, 1,
-      scalarAttr(elem, 0.0), [&](OpBuilder &b, Location l, ValueRange a) {
+      scalarAttr(elem, product ? 1.0 : 0.0),
+      [&](OpBuilder &b, Location l, ValueRange a) {
         Value i = linalg::IndexOp::create(b, l, axis);
         Value j = linalg::IndexOp::create(b, l, rank);
         arith::CmpIPredicate p = reverse
@@ -365,9 +368,9 @@ LogicalResult importCumSum(NodeContext &ctx) {
                                      : (exclusive ? arith::CmpIPredicate::slt
                                                   : arith::CmpIPredicate::sle);
         Value in = arith::CmpIOp::create(b, l, p, j, i);
-        Value term = arith::SelectOp::create(b, l, in, a[0],
-                                             scalarConst(b, l, elem, 0.0));
-        return add(b, l, a[1], term);
+        Value term = arith::SelectOp::create(
+            b, l, in, a[0], scalarConst(b, l, elem, product ? 1.0 : 0.0));
+        return product ? mul(b, l, a[1], term) : add(b, l, a[1], term);
       });
   ctx.setOutput(0, {r, x.dtype});
   return success();
@@ -557,7 +560,8 @@ void registerReductionOps(OpRegistry &r) {
   r.add("ArgMax", [](NodeContext &ctx) { return importArgExtreme(ctx, true); });
   r.add("ArgMin",
         [](NodeContext &ctx) { return importArgExtreme(ctx, false); });
-  r.add("CumSum", importCumSum);
+  r.add("CumSum", [](NodeContext &c) { return importCumulative(c, false); });
+  r.add("CumProd", [](NodeContext &c) { return importCumulative(c, true); });
   r.add("TopK", importTopK);
   r.add("Hardmax", importHardmax);
 }
