@@ -215,7 +215,7 @@ class CheckpointError(Exception):
 
 
 def read_checkpoint(path) -> dict:
-    """A ddpc checkpoint (include/ddpc/Runtime/Checkpoint.h, versions 1-2):
+    """A ddpc checkpoint (include/ddpc/Runtime/Checkpoint.h, versions 1-3):
     header fields and three sections of named float32 tensors: params,
     buffers, opt_state ("<param>/slot<s>"; AdamW: slot0 = m, slot1 = v)."""
     data = pathlib.Path(path).read_bytes()
@@ -238,9 +238,9 @@ def read_checkpoint(path) -> dict:
     if take(8) != b"DDPCCKPT":
         raise CheckpointError(f"{path}: not a ddpc checkpoint (bad magic)")
     version = u("I")
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise CheckpointError(
-            f"{path}: checkpoint format version {version}, expected 1 or 2"
+            f"{path}: checkpoint format version {version}, expected 1 to 3"
         )
     ck = {"model": string(), "optimizer": string()}
     for key, fmt in (
@@ -259,6 +259,9 @@ def read_checkpoint(path) -> dict:
         ("epoch_correct", "q"),
         ("epoch_samples", "q"),
         ("epoch_steps", "q"),
+        # Version 3: the sample assignment (0 contiguous, 1 strided) and the
+        # buffer sync (0 average, 1 broadcast).
+        *((("sample_assignment", "B"), ("buffer_sync", "B")) if version >= 3 else ()),
     ):
         ck[key] = u(fmt)
     ck.setdefault("optimizer_steps", ck["global_step"])

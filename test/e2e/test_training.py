@@ -11,8 +11,10 @@ oracles:
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -964,3 +966,49 @@ def test_output_not_batched_like_the_data_is_an_error(ddpc, tmp_path):
         "the first output has shape [5,3], but its leading dimension must be the "
         "per-rank batch (4" in proc.stderr
     ), proc.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [(), ("--sample-assignment", "strided", "--buffer-sync", "broadcast")],
+)
+def test_gpu_check_reads_checkpoints(ddpc, tmp_path, flags):
+    """scripts/gpu_check.py parses checkpoints on a GPU machine without the
+    runtime: its reader must follow the format the runtime writes now (it
+    fell behind once, at format version 3). Oracle: the --save ONNX file,
+    written by another path, holds the same weights."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.pop(0)
+    adamw, _ = OPTIMIZERS["adamw"]
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(64)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "t", 8, *adamw)
+    run_train(
+        prog,
+        tmp_path,
+        1,
+        "--epochs",
+        "1",
+        "--stop-after-steps",
+        "3",
+        "--checkpoint",
+        "ck.bin",
+        "--save",
+        "out.onnx",
+        *flags,
+    )
+    ck = gpu_check.read_checkpoint(tmp_path / "ck.bin")
+    assert ck["global_step"] == 3 and ck["optimizer_steps"] == 3
+    assert ck["sample_assignment"] == (1 if flags else 0)
+    assert ck["buffer_sync"] == (1 if flags else 0)
+    saved = weights(tmp_path / "out.onnx")
+    assert set(ck["params"]) <= set(saved) and ck["params"]
+    for name, arr in ck["params"].items():
+        np.testing.assert_array_equal(arr, saved[name], err_msg=name)
+    # AdamW: two state slots per parameter.
+    assert len(ck["opt_state"]) == 2 * len(ck["params"])
