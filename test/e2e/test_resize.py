@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import ddpc as ddpc_py
+from ddpc_testing import check_gradients
 
 TARGETS = ["cpu", "cuda-emulate"]
 
@@ -318,7 +319,35 @@ REFUSALS = [
         1,
         "'tf_crop_and_resize' needs the roi input",
     ),
-    (dict(), 19, dict(scales=[1, 0]), 1, "scales[1] = 0.000000 is not positive"),
+    (
+        dict(),
+        19,
+        dict(scales=[1, 0]),
+        1,
+        "scales[1] = 0.000000 is not a positive number",
+    ),
+    (
+        dict(),
+        19,
+        dict(scales=[1, np.inf]),
+        1,
+        "scales[1] = inf is not a positive number",
+    ),
+    (
+        dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize"),
+        19,
+        dict(roi=[0, np.nan, 1, 1], sizes=[1, 3]),
+        1,
+        "roi holds a non-finite value",
+    ),
+    (
+        dict(),
+        19,
+        dict(scales=[1, 5e6]),
+        2,
+        "resizing axis 1 from 4 to 20000000 (an interpolation matrix above 2^24 "
+        "elements)",
+    ),
 ]
 
 
@@ -351,3 +380,18 @@ def test_bound_scales_input_compiles(ddpc, tmp_path):
         ddpc, scales_input_model(), tmp_path, "--bind-input", f"s={tmp_path}/s.npy"
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "attrs,scales",
+    [
+        (dict(mode="linear"), [1, 1, 2, 0.6]),
+        (dict(mode="cubic", antialias=1), [1, 1, 0.5, 0.7]),
+    ],
+)
+def test_resize_vjp_on_cuda_emulate(attrs, scales):
+    """The VJP (test_vjp_coverage.py runs it on the CPU) on the CUDA
+    lowering, against central differences in float64."""
+    shape = (1, 2, 5, 6)
+    m = resize_model(shape, attrs, 19, scales=scales, dtype=TensorProto.DOUBLE)
+    check_gradients(m, [("x", shape)], np.random.default_rng(5), target="cuda-emulate")

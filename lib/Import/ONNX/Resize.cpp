@@ -257,6 +257,10 @@ bool isIdentity(const AxisResize &ax, bool crop) {
          (!crop || (ax.roiStart == 0.0 && ax.roiEnd == 1.0));
 }
 
+/// The most elements one axis's interpolation matrix may have (2^24: a
+/// 4096 x 4096 resize, 64 MiB of float32 constant).
+constexpr int64_t kMaxMatrixElements = int64_t(1) << 24;
+
 /// Builds the resize of `x` (float or, for nearest, integer) along `axes`.
 Value buildResize(OpBuilder &b, Location loc, Value x, const ResizeAttrs &at,
                   ArrayRef<AxisResize> axes) {
@@ -301,6 +305,25 @@ Value buildResize(OpBuilder &b, Location loc, Value x, const ResizeAttrs &at,
       [](OpBuilder &nb, Location l, ValueRange a) {
         return arith::AddFOp::create(nb, l, a[0], a[1]).getResult();
       });
+}
+
+/// Defines the node's output as the resize of `x`; unsupported when an
+/// axis's matrix would exceed kMaxMatrixElements.
+LogicalResult defineResize(NodeContext &ctx, TValue x, const ResizeAttrs &at,
+                           ArrayRef<AxisResize> axes) {
+  bool crop = at.coordMode == "tf_crop_and_resize";
+  for (size_t d = 0; d < axes.size(); ++d) {
+    const AxisResize &ax = axes[d];
+    if (isIdentity(ax, crop) || ax.inLen == 0)
+      continue;
+    if (ax.outLen > kMaxMatrixElements / ax.inLen)
+      return ctx.unsupported("resizing axis " + Twine(d) + " from " +
+                             Twine(ax.inLen) + " to " + Twine(ax.outLen) +
+                             " (an interpolation matrix above 2^24 elements)");
+  }
+  Value r = buildResize(ctx.builder(), ctx.loc(), x.value, at, axes);
+  ctx.setOutput(0, {r, x.dtype});
+  return success();
 }
 
 /// The versioned Resize schema a node of `opset` follows.
@@ -353,9 +376,10 @@ LogicalResult axesFromScales(NodeContext &ctx, ArrayRef<int64_t> shape,
                              ArrayRef<double> scales,
                              SmallVectorImpl<AxisResize> &axes) {
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (!(scales[d] > 0))
-      return ctx.invalid("scales[" + Twine(d) + "] = " +
-                         std::to_string(scales[d]) + " is not positive");
+    if (!(scales[d] > 0) || !std::isfinite(scales[d]))
+      return ctx.invalid("scales[" + Twine(d) +
+                         "] = " + std::to_string(scales[d]) +
+                         " is not a positive number");
     double out = std::floor(scales[d] * (double)shape[d]);
     if (out > (double)kMaxTensorElements)
       return ctx.invalid("scales[" + Twine(d) +
@@ -412,9 +436,7 @@ LogicalResult importResize(NodeContext &ctx) {
                          " elements for X of rank " + Twine(rank));
     if (failed(axesFromScales(ctx, shape, *scales, axes)))
       return failure();
-    Value r = buildResize(ctx.builder(), ctx.loc(), x.value, at, axes);
-    ctx.setOutput(0, {r, x.dtype});
-    return success();
+    return defineResize(ctx, x, at, axes);
   }
 
   at.coordMode = ctx.attrString("coordinate_transformation_mode", "half_pixel");
@@ -527,14 +549,15 @@ LogicalResult importResize(NodeContext &ctx) {
     if ((int64_t)roi->size() != 2 * na)
       return ctx.invalid("roi has " + Twine(roi->size()) + " elements for " +
                          Twine(na) + " axes (needs starts and ends)");
+    for (double v : *roi)
+      if (!std::isfinite(v))
+        return ctx.invalid("roi holds a non-finite value");
     for (int64_t i = 0; i < na; ++i) {
       axes[axisList[i]].roiStart = (*roi)[i];
       axes[axisList[i]].roiEnd = (*roi)[na + i];
     }
   }
-  Value r = buildResize(ctx.builder(), ctx.loc(), x.value, at, axes);
-  ctx.setOutput(0, {r, x.dtype});
-  return success();
+  return defineResize(ctx, x, at, axes);
 }
 
 /// Upsample, opsets 7 (scales attribute) and 9 (scales input): Resize-10's
@@ -582,9 +605,7 @@ LogicalResult importUpsample(NodeContext &ctx) {
   }
   if (failed(axesFromScales(ctx, x.shape(), scales, axes)))
     return failure();
-  Value r = buildResize(ctx.builder(), ctx.loc(), x.value, at, axes);
-  ctx.setOutput(0, {r, x.dtype});
-  return success();
+  return defineResize(ctx, x, at, axes);
 }
 
 } // namespace
