@@ -14,7 +14,18 @@
 // The matrices follow the ONNX spec's Resize section (coordinate
 // transformation, nearest_mode, cubic_coeff_a, exclude_outside, antialias
 // filter stretched by max(1, 1/scale)); neighbors outside the input read
-// the edge element.
+// the edge element. Where the spec's text and the node tests' reference
+// data differ, the node tests win: align_corners and tf_crop_and_resize
+// divide by scale * in_len - 1, and they and pytorch_half_pixel test
+// scale * in_len == 1, with that length fractional for a fractional scale
+// (onnxruntime uses out_len). Resize-10 and Upsample state no mapping;
+// they take onnxruntime's: x_resized / scale, nearest flooring when
+// upsampling and rounding up when downsampling.
+//
+// X: any float dtype (float16/bfloat16 computed in float32), any shape;
+// integer and bool X with mode nearest only (copied exactly). scales,
+// sizes and roi must be constants (initializers, folded values or
+// --bind-input): they set the output shape.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,7 +33,6 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "llvm/ADT/StringSwitch.h"
 
 #include <cmath>
 
@@ -459,8 +469,9 @@ LogicalResult importResize(NodeContext &ctx) {
   at.cubicA = ctx.attrFloat("cubic_coeff_a", -0.75f);
   at.excludeOutside = ctx.attrFlag("exclude_outside", false);
   at.extrapolation = ctx.attrFloat("extrapolation_value", 0.0f);
-  at.antialias = at.mode != InterpMode::Nearest && version >= 18 &&
-                 ctx.attrFlag("antialias", false);
+  // The spec's antialias filter is for linear and cubic; nearest ignores it.
+  at.antialias = version >= 18 && ctx.attrFlag("antialias", false) &&
+                 at.mode != InterpMode::Nearest;
   std::string policy =
       version >= 18 ? ctx.attrString("keep_aspect_ratio_policy", "stretch")
                     : std::string("stretch");
@@ -491,6 +502,11 @@ LogicalResult importResize(NodeContext &ctx) {
     auto c = ctx.constInput(i);
     return ctx.hasInput(i) && !(c && c->getNumElements() == 0);
   };
+  // Which of the two is given is known once both are constants.
+  if (ctx.hasInput(2) && !ctx.constInput(2))
+    return ctx.notConstant(2, "a float constant");
+  if (ctx.hasInput(3) && !ctx.constInput(3))
+    return ctx.notConstant(3, "an integer constant");
   bool hasScales = present(2), hasSizes = present(3);
   if (hasScales == hasSizes)
     return ctx.invalid(hasScales ? "both scales and sizes are given"
