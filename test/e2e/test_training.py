@@ -1012,3 +1012,138 @@ def test_gpu_check_reads_checkpoints(ddpc, tmp_path, flags):
         np.testing.assert_array_equal(arr, saved[name], err_msg=name)
     # AdamW: two state slots per parameter.
     assert len(ck["opt_state"]) == 2 * len(ck["params"])
+
+
+def unet_step_model(path, mode, seed=4):
+    """A U-Net-style decoder step: a stride-2 Conv and Relu, a 2x Resize
+    back up (`mode`), Concat with the input (the skip connection), a 1x1
+    Conv, Relu, GlobalAveragePool, Flatten, Gemm. Returns the initializers
+    (float32)."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "cw": (rng.standard_normal((2, 1, 3, 3)) * 0.5).astype(np.float32),
+        "cb": (rng.standard_normal(2) * 0.1).astype(np.float32),
+        "kw": (rng.standard_normal((3, 3, 1, 1)) * 0.5).astype(np.float32),
+        "kb": (rng.standard_normal(3) * 0.1 + 0.2).astype(np.float32),
+        "fw": (rng.standard_normal((C, 3)) * 0.5).astype(np.float32),
+        "fb": np.zeros(C, np.float32),
+    }
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "cw", "cb"], ["d"], strides=[2, 2], pads=[1] * 4
+        ),
+        helper.make_node("Relu", ["d"], ["r"]),
+        helper.make_node("Resize", ["r", "", "scales"], ["u"], mode=mode),
+        helper.make_node("Concat", ["u", "x"], ["k"], axis=1),
+        helper.make_node("Conv", ["k", "kw", "kb"], ["m"]),
+        helper.make_node("Relu", ["m"], ["mr"]),
+        helper.make_node("GlobalAveragePool", ["mr"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "unet_step",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 4, 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()] + [scales],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return inits
+
+
+def numpy_upsample2x(a, mode):
+    """2x upsampling of the last two axes: nearest repeats; linear is
+    PyTorch's bilinear with align_corners=False (the source coordinate
+    (o + 0.5) / 2 - 0.5 clamped at 0, the right neighbor at the edge)."""
+    if mode == "nearest":
+        return a.repeat(2, axis=-2).repeat(2, axis=-1)
+    for axis in (-2, -1):
+        n = a.shape[axis]
+        src = np.maximum((np.arange(2 * n) + 0.5) / 2 - 0.5, 0)
+        i0 = np.floor(src).astype(int)
+        i1 = np.minimum(i0 + 1, n - 1)
+        lam = src - i0
+        shape = [1] * a.ndim
+        shape[axis] = 2 * n
+        lam = lam.reshape(shape)
+        a = (1 - lam) * np.take(a, i0, axis) + lam * np.take(a, i1, axis)
+    return a
+
+
+def numpy_conv(x, w, b, stride=1, pad=0):
+    x = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    kh, kw = w.shape[2:]
+    oh = (x.shape[2] - kh) // stride + 1
+    ow = (x.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
+    return out + b[None, :, None, None]
+
+
+def numpy_unet_loss(p, x, y, mode):
+    """Mean cross-entropy of unet_step_model in float64."""
+    r = np.maximum(numpy_conv(x, p["cw"], p["cb"], stride=2, pad=1), 0)
+    k = np.concatenate([numpy_upsample2x(r, mode), x], axis=1)
+    f = np.maximum(numpy_conv(k, p["kw"], p["kb"]), 0).mean(axis=(2, 3))
+    z = f @ p["fw"].T + p["fb"]
+    z = z - z.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    return -logp[np.arange(len(y)), y].mean()
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_decoder_trains_like_finite_difference_sgd(ddpc, tmp_path, mode):
+    """Plain SGD on the U-Net decoder step for 5 steps: the losses and the
+    final weights match SGD in float64 on a numpy model whose gradient is
+    central differences of its loss (nothing of ddpc's backward in it)."""
+    init = unet_step_model(tmp_path / "m.onnx", mode)
+    x, y = data(40, seed=7, shape=(1, 4, 4))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    lr, batch = 0.5, 8
+    prog = compile_train(
+        ddpc,
+        tmp_path / "m.onnx",
+        tmp_path / "t",
+        batch,
+        "--optimizer",
+        "sgd",
+        "--lr",
+        str(lr),
+    )
+    args = "--epochs 1 --no-shuffle --save out.onnx --log-json log.jsonl"
+    run_train(prog, tmp_path, 1, *args.split())
+    p = {k: v.astype(np.float64) for k, v in init.items()}
+    losses, h = [], 1e-6
+    for t in range(5):
+        xb = x[t * batch : (t + 1) * batch].astype(np.float64)
+        yb = y[t * batch : (t + 1) * batch]
+        losses.append(numpy_unet_loss(p, xb, yb, mode))
+        grads = {}
+        for k, v in p.items():
+            g = np.zeros_like(v)
+            for i in np.ndindex(v.shape):
+                old = v[i]
+                v[i] = old + h
+                up = numpy_unet_loss(p, xb, yb, mode)
+                v[i] = old - h
+                down = numpy_unet_loss(p, xb, yb, mode)
+                v[i] = old
+                g[i] = (up - down) / (2 * h)
+            grads[k] = g
+        for k in p:
+            p[k] = p[k] - lr * grads[k]
+    log = [json.loads(l) for l in open(tmp_path / "log.jsonl")]
+    np.testing.assert_allclose([r["loss"] for r in log], losses, rtol=1e-5)
+    got = weights(tmp_path / "out.onnx")
+    got.pop("scales", None)
+    assert_close_weights(got, p, rtol=1e-4)
+    # The decoder's weights moved: the gradient went back through Resize.
+    assert not np.allclose(got["cw"], init["cw"], atol=1e-4)

@@ -96,6 +96,10 @@ def i64(*v):
     return np.array(v if len(v) != 1 or not isinstance(v[0], list) else v[0], np.int64)
 
 
+def f32(*v):
+    return np.array(v, np.float32)
+
+
 AXES1 = i64([1])
 REDUCE = {
     op: [
@@ -420,6 +424,52 @@ CASES = {
             steps=i64([1, -2]),
         )
     ],
+    # Each resized axis is a contraction with a constant matrix; the
+    # cotangent goes back through its transpose.
+    "Resize": [
+        c(opset=19, X=[3, 4], scales=f32(2, 1.5), name="nearest-2d"),
+        c(
+            opset=19,
+            attrs=dict(mode="linear"),
+            X=[1, 2, 3, 4],
+            scales=f32(1, 1, 2, 0.6),
+            name="linear-4d",
+        ),
+        c(
+            opset=19,
+            attrs=dict(mode="cubic", exclude_outside=1),
+            X=[1, 1, 4, 5],
+            sizes=i64([1, 1, 7, 3]),
+            name="cubic-4d",
+        ),
+        c(
+            opset=19,
+            attrs=dict(mode="linear", antialias=1),
+            X=[6, 8],
+            scales=f32(0.5, 0.7),
+            name="linear-antialias-2d",
+        ),
+        c(
+            opset=19,
+            attrs=dict(mode="cubic", antialias=1, axes=[2, 3]),
+            X=[1, 2, 7, 6],
+            scales=f32(0.6, 0.5),
+            name="cubic-antialias-4d",
+        ),
+        c(
+            opset=19,
+            attrs=dict(
+                mode="linear",
+                coordinate_transformation_mode="tf_crop_and_resize",
+                extrapolation_value=2.0,
+            ),
+            X=[4, 5],
+            roi=f32(-0.2, 0.1, 0.9, 1.2),
+            sizes=i64([5, 4]),
+            name="crop-and-resize",
+        ),
+    ],
+    "Upsample": [c(opset=9, X=[1, 2, 2, 3], scales=f32(1, 1, 2, 3))],
     "Softmax": [c(input=[3, 4])],
     "Squeeze": [c(data=[3, 1, 4], axes=AXES1)],
     "Transpose": [c(data=[2, 3, 4], attrs=dict(perm=[2, 0, 1]))],
@@ -439,6 +489,11 @@ NONDIFF = {
         "constant_value": "configuration (PyTorch's pad value is a Python float); an "
         "initializer here stays a constant in training"
     },
+    "Resize": {
+        "roi": "sets the crop, a compile-time constant (static shapes)",
+        "scales": "sets the output shape, a compile-time constant",
+    },
+    "Upsample": {"scales": "sets the output shape, a compile-time constant"},
     "Dropout": {
         "ratio": "configuration (the drop probability; PyTorch takes a Python "
         "float); an initializer here stays a constant in training"

@@ -95,6 +95,12 @@ public:
   /// Integer contents of a constant input, or failure (with an error that
   /// says the input must be constant).
   mlir::FailureOr<llvm::SmallVector<int64_t>> constIntsInput(int i);
+  /// Contents of a constant float input (any float dtype) as doubles, or
+  /// failure (with the same error as constIntsInput).
+  mlir::FailureOr<llvm::SmallVector<double>> constFloatsInput(int i);
+  /// Records the "input `i` must be `what` known at compile time" error
+  /// (naming --bind-input for a graph input); returns failure().
+  mlir::LogicalResult notConstant(int i, llvm::StringRef what);
 
   const onnx::AttributeProto *attr(llvm::StringRef name) const;
   bool hasAttr(llvm::StringRef name) const { return attr(name) != nullptr; }
@@ -195,6 +201,7 @@ void registerNormalizationOps(OpRegistry &registry);
 void registerReductionOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerMovementOps(OpRegistry &registry);
+void registerResizeOps(OpRegistry &registry);
 
 /// Importer state for one graph.
 class GraphImporter {

@@ -96,23 +96,42 @@ std::optional<DenseElementsAttr> NodeContext::constInput(int i) {
   return it->second.first;
 }
 
+LogicalResult NodeContext::notConstant(int i, StringRef what) {
+  std::string name = hasInput(i) ? node.input(i) : std::string();
+  bool isGraphInput = importer.values.count(name) &&
+                      isa<BlockArgument>(importer.values[name].value);
+  return unsupported("input #" + Twine(i) + " ('" + name + "') must be " +
+                     what + " known at compile time" +
+                     (isGraphInput
+                          ? "; bind graph input '" + name +
+                                "' with --bind-input " + name + "=FILE.npy"
+                          : std::string()));
+}
+
 FailureOr<SmallVector<int64_t>> NodeContext::constIntsInput(int i) {
   auto c = constInput(i);
   if (!c || !isa<IntegerType>(c->getElementType())) {
-    std::string name = hasInput(i) ? node.input(i) : std::string();
-    bool isGraphInput = importer.values.count(name) &&
-                        isa<BlockArgument>(importer.values[name].value);
-    (void)unsupported("input #" + Twine(i) + " ('" + name +
-                      "') must be an integer constant known at compile time" +
-                      (isGraphInput
-                           ? "; bind graph input '" + name +
-                                 "' with --bind-input " + name + "=FILE.npy"
-                           : std::string()));
+    (void)notConstant(i, "an integer constant");
     return failure();
   }
   SmallVector<int64_t> out;
   for (const APInt &v : c->getValues<APInt>())
     out.push_back(v.getSExtValue());
+  return out;
+}
+
+FailureOr<SmallVector<double>> NodeContext::constFloatsInput(int i) {
+  auto c = constInput(i);
+  if (!c || !isa<FloatType>(c->getElementType())) {
+    (void)notConstant(i, "a float constant");
+    return failure();
+  }
+  SmallVector<double> out;
+  for (APFloat v : c->getValues<APFloat>()) {
+    bool lost;
+    v.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+    out.push_back(v.convertToDouble());
+  }
   return out;
 }
 
@@ -591,6 +610,7 @@ static const OpRegistry &getRegistry() {
     registerReductionOps(r);
     registerShapeOps(r);
     registerMovementOps(r);
+    registerResizeOps(r);
     return r;
   }();
   return registry;

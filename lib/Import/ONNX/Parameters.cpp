@@ -68,7 +68,9 @@ static bool isIndexSlot(const onnx::NodeProto &n, int i) {
                                        "Pad",
                                        "Trilu",
                                        "CumSum",
-                                       "CumProd"},
+                                       "CumProd",
+                                       "Resize",
+                                       "Upsample"},
                                       op);
 }
 
