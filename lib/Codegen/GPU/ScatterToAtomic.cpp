@@ -143,9 +143,13 @@ struct ScatterToAtomicPass
     getOperation().walk([&](linalg::GenericOp op) {
       if (!op.hasPureBufferSemantics() || op.getNumDpsInits() != 1)
         return;
+      // A projected-permutation output (a full reduction to a scalar
+      // included) is left to ddpc-split-reductions and upstream's parallel
+      // loops: made atomic over all its loops here, a sum of 2.4M gradient
+      // terms into one float was 2.4M serialized atomic adds (2.3 s).
       AffineMap outMap = op.getIndexingMapsArray().back();
-      if (outMap.isProjectedPermutation() && op.getNumParallelLoops() > 0)
-        return; // Upstream maps its parallel loops to threads.
+      if (outMap.isProjectedPermutation())
+        return;
       candidates.push_back(op);
     });
     for (linalg::GenericOp op : candidates)

@@ -24,7 +24,10 @@ def ScatterToAtomicPass : Pass<"ddpc-scatter-to-atomic", "mlir::func::FuncOp"> {
     `yield acc + f(inputs)` it becomes an scf.parallel over all loops whose
     body does `memref.atomic_rmw addf` of f(inputs): the same sum, computed
     by one GPU thread per iteration. Float addition order then varies
-    between runs (as with PyTorch's atomics-based backward kernels).
+    between runs (as with PyTorch's atomics-based backward kernels). A
+    reduction whose output map is a projected permutation, a full reduction
+    to a scalar included, is left to ddpc-split-reductions, which bounds
+    the atomic adds per output.
 
     Likewise a perfect scf.for nest marked `ddpc.scatter_add` (the
     gradient of a tensor that a generic reads at computed coordinates, e.g.
