@@ -53,7 +53,8 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
              const std::string &runtimeLibDir, bool captureStages,
              const std::string &cpu, unsigned optLevel, bool fuseElementwise,
              bool runChecker, const std::string &dumpIRDir, bool verbose,
-             bool vjp, const std::string &cudaArch, bool runtimeChecks) {
+             bool vjp, const std::string &cudaArch, bool runtimeChecks,
+             const std::string &precision) {
   ddpc::CompileOptions options;
   options.inputPath = inputPath;
   options.outputPath = outputPath;
@@ -84,6 +85,7 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
   options.dumpIRDir = dumpIRDir;
   options.verbose = verbose;
   options.vjp = vjp;
+  options.precision = precision;
   if (!cudaArch.empty()) {
     std::string error;
     if (target != "cuda") {
@@ -199,7 +201,7 @@ NB_MODULE(_ddpc, m) {
         "capture_stages"_a = false, "cpu"_a = "native", "opt_level"_a = 3,
         "fuse_elementwise"_a = true, "run_checker"_a = true,
         "dump_ir_dir"_a = "", "verbose"_a = false, "vjp"_a = false,
-        "cuda_arch"_a = "", "runtime_checks"_a = true,
+        "cuda_arch"_a = "", "runtime_checks"_a = true, "precision"_a = "fp32",
         "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
         "else from `input_path`. Returns (status, error, stages, report_json) "
         "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "

@@ -39,11 +39,15 @@ subprocesses with timeouts, so one failure cannot hide the others):
      them in training);
   5. ddpc, a timed run: warm-up steps excluded, median step time from
      --log-json's per-step samples_per_s (startup excluded), capped in time;
+     then 2N steps with DDPC_TF32=1 (TF32 tensor-core math, as
+     --precision tf32): step time and the losses' deviation from the
+     float32 CPU reference, reported (fails only if the run fails);
   6. PyTorch (torch_ref.OnnxModule: the ONNX graph node by node with
      torch.nn.functional) from the SAME initial weights (step 2), same
      batches, torch.optim.AdamW with the program's hyper-parameters: the N
      steps in float32 (timed afterwards the same way) and in float64
-     (untimed; the chaos yardstick and the exact first gradient).
+     (untimed; the chaos yardstick and the exact first gradient); on a GPU
+     also timed with allow_tf32 for matmuls and cuDNN.
 Prints a table and writes all results to $OUT/gpu-check.json (else
 ./gpu-check.json). Exit status 0 only if every program ran and every check
 passed.
@@ -1023,6 +1027,50 @@ class ModelCheck:
                 f"ddpc timed run stopped by its {cap:.0f} s cap after {len(recs)} steps"
             )
 
+    def tf32(self) -> None:
+        """The same program with TF32 tensor-core math (DDPC_TF32=1, what
+        --precision tf32 compiles in): the check run's steps, timed, and
+        their losses' deviation from the float32 CPU reference (reported;
+        TF32 rounds products to a 10-bit mantissa, so the float32 envelope
+        does not apply). Fails only if the run fails or a loss is not
+        finite."""
+        if self.mode != "cuda" or self.ctx["budget"].left() < 60:
+            return
+        log_path = self.work / "tf32.jsonl"
+        log_path.unlink(missing_ok=True)
+        steps = 2 * self.N
+        self.log(f"ddpc: {steps} steps with DDPC_TF32=1 (TF32 tensor-core math)")
+        r = self.run_ddpc(
+            "tf32",
+            [
+                "--epochs",
+                3,
+                "--stop-after-steps",
+                steps,
+                "--log-json",
+                log_path,
+            ],
+            min(120.0, self.ctx["budget"].left() - 30.0),
+            {"DDPC_TF32": "1"},
+        )
+        recs = read_jsonl(log_path)
+        losses = [rec.get("loss") for rec in recs]
+        if r["rc"] != 0 or len(losses) < steps:
+            self.fail(why_failed(r, f"{self.label}, TF32 run"))
+            return
+        if not all(isinstance(v, float) and math.isfinite(v) for v in losses):
+            self.fail(f"{self.label}, TF32 run: a loss is not finite: {losses}")
+            return
+        ref = self.ref["losses"][: self.N]
+        dev = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, ref))
+        sps = [
+            rec["samples_per_s"]
+            for rec in recs[self.N :]
+            if rec.get("samples_per_s") and math.isfinite(rec["samples_per_s"])
+        ]
+        ms = median([1e3 * self.B / v for v in sps if v > 0])
+        self.res["tf32"] = {"step_ms": ms, "loss_max_rel_dev_vs_fp32_cpu": dev}
+
     def torch(self) -> None:
         ctx = self.ctx
         if ctx["torch_skip"]:
@@ -1338,6 +1386,7 @@ class ModelCheck:
             self.profile()
             self.trajectory()
             self.timed()
+            self.tf32()
             self.torch()
         elif self.entry.get("float_inits_shipped"):
             # No ddpc program: PyTorch still runs (timing, yardstick) from the
@@ -1480,6 +1529,22 @@ def torch_main(a) -> None:
             t_first = t_first or t0
             if time.perf_counter() - t_first > a.max_s and len(times) >= 3:
                 break
+    # TF32 (allow_tf32 for matmuls and cuDNN): the same timed steps.
+    tf32_ms = None
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        t32 = []
+        for s in range(a.warmup + len(times)):
+            sync()
+            t0 = time.perf_counter()
+            step(m32, o32, s, torch.float32)
+            sync()
+            if s >= a.warmup:
+                t32.append(1e3 * (time.perf_counter() - t0))
+        tf32_ms = median(t32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     del m32, o32
     # float64: the same N steps, untimed: the chaos yardstick, and the exact
     # first gradient.
@@ -1518,6 +1583,7 @@ def torch_main(a) -> None:
             "host (pinned) -> device each step" if dev.type == "cuda" else "host"
         ),
         tf32=False,
+        step_ms_tf32=tf32_ms,
         optimizer=f"torch.optim.AdamW(lr={o['lr']}, betas={tuple(o['betas'])}, eps={o['eps']}, "
         f"weight_decay={o['weight_decay']}), default implementation",
     )
@@ -1634,6 +1700,18 @@ def print_table(results: list, mode: str) -> None:
         if gt:
             print(
                 f"  {r['model']:<12} step-1 gradient vs PyTorch float64: {gt['worst']:.3g} relative [{gt['tensor']}]"
+            )
+    tf = [r for r in results if r.get("tf32")]
+    if tf:
+        print(
+            "TF32 (ddpc DDPC_TF32=1, as --precision tf32; torch allow_tf32), median step ms:"
+        )
+        for r in tf:
+            d, t = r["tf32"]["step_ms"], (r.get("torch") or {}).get("step_ms_tf32")
+            print(
+                f"  {r['model']:<12} ddpc {fmt(d, '.3f')} (fp32 {fmt(r.get('ddpc_step_ms'), '.3f')}), torch "
+                f"{fmt(t, '.3f')} (fp32 {fmt(r.get('torch_step_ms'), '.3f')}), ratio {fmt(d / t if d and t else None, '.2f')}; "
+                f"losses vs the fp32 CPU reference: max {fmt(r['tf32']['loss_max_rel_dev_vs_fp32_cpu'], '.2g')} relative"
             )
     for r in results:
         for n in r.get("notes", []):

@@ -101,6 +101,8 @@ int Compilation::run(const std::string &modelBytes) {
       !readModel(options, modelBytes, bytes, importOptions, error) ||
       !checkProgramOptions(options, error))
     return kCompileError;
+  if (int rc = checkPrecision(options, error); rc != kCompileOk)
+    return rc;
   if (cuda) {
     cudaRoot = findCUDAToolkit(options.cudaRoot, error);
     if (cudaRoot.empty())
@@ -318,6 +320,16 @@ void Compilation::fillGraphReport() {
   for (const auto &p : trainInfo.params)
     trainable.insert(p.name);
   report.fillGraph(*module, modelName, ins, outs, trainable);
+  report.precision = options.precision;
+  if (options.precision == "fp32")
+    report.precisionMeaning = "float32 tensors and math";
+  else if (cuda)
+    report.precisionMeaning =
+        "float32 tensors; cuBLAS GEMMs and cuDNN convolutions may use TF32 "
+        "tensor-core math (10-bit mantissa products, float32 accumulation)";
+  else
+    report.precisionMeaning = "float32 tensors and math (tf32 applies to "
+                              "--target cuda only; no effect here)";
 }
 
 /// Stages "gpu-kernels", "nvvm" (ending with the fatbin; --emit=ptx stops
@@ -428,6 +440,8 @@ int Compilation::emitNative() {
   } else {
     glue = generateGlue(modelName, ins, outs);
   }
+  if (cuda)
+    glue += generateCUDAGlue(options);
   if (options.emit == EmitKind::Object) // The glue goes next to the object.
     return writeFileAtomic(options.outputPath + ".glue.c", glue, error)
                ? kCompileOk

@@ -87,6 +87,11 @@ bool checkOutputOptions(const CompileOptions &options, std::string &error);
 /// the training options (TrainOptions::validate).
 bool checkProgramOptions(const CompileOptions &options, std::string &error);
 
+/// Checks --precision: kCompileOk, kCompileError (an unknown value) or
+/// kCompileUnsupported (bf16, fp16: not implemented yet), with one line in
+/// `error`.
+int checkPrecision(const CompileOptions &options, std::string &error);
+
 /// Reads the model file into `bytes` unless `modelBytes` is given, and
 /// sets `import.modelDir` (external data) to the model's folder when unset.
 bool readModel(const CompileOptions &options, const std::string &modelBytes,
@@ -145,6 +150,8 @@ struct CompileReport {
 
   bool hasGraph = false; ///< fillGraph ran; the plan has content
   std::string model;
+  /// --precision, and what it means on this target.
+  std::string precision, precisionMeaning;
   std::vector<TensorSig> inputs, outputs;
   std::vector<Parameter> parameters;
   /// Collectives in IR order; the buckets follow as "allreduce_bucket".
@@ -191,6 +198,9 @@ bool generateTrainGlue(llvm::StringRef modelName,
                        const std::string &strippedModel,
                        llvm::StringRef blobDir, std::string &glue,
                        std::string &error);
+
+/// The glue lines only CUDA programs have (kGlueMathMode).
+std::string generateCUDAGlue(const CompileOptions &options);
 
 /// The serialized model `bytes` without the initializers that training
 /// replaces (parameters and buffers): the runtime appends the trained ones.

@@ -251,6 +251,11 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   return true;
 }
 
+std::string generateCUDAGlue(const CompileOptions &options) {
+  return "const int32_t " + kGlueMathMode.str() + " = " +
+         (options.precision == "tf32" ? "1" : "0") + ";\n";
+}
+
 bool stripTrainedInitializers(const std::string &bytes,
                               const TrainingProgramInfo &info, std::string &out,
                               std::string &error) {

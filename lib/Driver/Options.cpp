@@ -125,5 +125,20 @@ bool checkProgramOptions(const CompileOptions &options, std::string &error) {
   return true;
 }
 
+int checkPrecision(const CompileOptions &options, std::string &error) {
+  const std::string &p = options.precision;
+  if (p == "fp32" || p == "tf32")
+    return kCompileOk;
+  if (p == "bf16" || p == "fp16") {
+    error = "--precision " + p +
+            " is not supported yet (low-precision tensors with float32 "
+            "master weights); use fp32, or tf32 for tensor-core float32 "
+            "contractions on --target cuda";
+    return kCompileUnsupported;
+  }
+  error = "unknown --precision '" + p + "' (supported: fp32, tf32)";
+  return kCompileError;
+}
+
 } // namespace driver
 } // namespace ddpc

@@ -270,6 +270,9 @@ std::string CompileReport::toJSON() const {
   root["collectives"] = std::move(colls);
   root["collective_bytes"] = collectiveBytes;
   root["fusion_groups"] = fusionGroups;
+  if (!precision.empty())
+    root["precision"] =
+        llvm::json::Object{{"mode", precision}, {"meaning", precisionMeaning}};
   if (cuda) {
     llvm::json::Array functions, archList;
     for (const CUDAFunction &f : cuda->functions)

@@ -108,7 +108,11 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             ``runtime_checks`` (True: an out-of-range Gather index or an
             integer division by zero raises IndexError / ZeroDivisionError
             in :meth:`Program.run` and ends a compiled program; False: the
-            index reads the nearest valid row, the divisor becomes 1).
+            index reads the nearest valid row, the divisor becomes 1),
+            ``precision`` (``"fp32"``; ``"tf32"``: on ``target="cuda"``
+            cuBLAS GEMMs and cuDNN convolutions may use TF32 tensor-core
+            math, float32 tensors and accumulation; ``"bf16"``/``"fp16"``
+            raise CompileError(unsupported=True)).
 
     Returns:
         A :class:`Program`.

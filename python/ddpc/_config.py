@@ -45,6 +45,7 @@ _CLI_TO_PYTHON = {
     "--bind-input": "bind_inputs=",
     "--target": "target=",
     "--cuda-arch": "cuda_arch=",
+    "--precision": "precision=",
     "--dump-ir": "dump_ir=",
     "--vjp": "vjp=True",
     "--train": "train=TrainConfig(...)",
@@ -217,6 +218,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "vjp": False,  # compile the vector-Jacobian product (CLI: --vjp)
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
     "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
+    "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
 }
 
 
@@ -266,6 +268,7 @@ class _Request:
             vjp=bool(o["vjp"]),
             cuda_arch=o["cuda_arch"] or "",
             runtime_checks=bool(o["runtime_checks"]),
+            precision=str(o["precision"]),
         )
         if status != mod.COMPILE_OK:
             raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)

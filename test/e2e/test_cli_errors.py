@@ -283,6 +283,7 @@ def test_output_through_symlink_keeps_the_link(ddpc, tmp_path):
             "--lr (TrainConfig.lr) must be a finite float32 >= 0, got -1",
         ),
         (["--dump-ir", ""], "--dump-ir needs a folder name"),
+        (["--precision", "fp8"], "unknown --precision 'fp8' (supported: fp32, tf32)"),
         (
             ["--train", "--loss", "mse", "--batch-size", "2", "--freeze", ""],
             "--freeze: empty initializer name",
@@ -1021,3 +1022,12 @@ def test_one_element_values_are_checked(ddpc, tmp_path, case):
     )
     assert_clean_failure(proc, tmp_path / "prog", 1, needle)
     assert "(node 'n'" in proc.stderr
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_low_precision_not_yet_exit_2(ddpc, tmp_path, precision):
+    model = relu_model(tmp_path / "m.onnx", dims=("N", 3))
+    proc = compile_model(ddpc, model, tmp_path / "prog", "--precision", precision)
+    assert_clean_failure(
+        proc, tmp_path / "prog", 2, f"--precision {precision} is not supported yet"
+    )

@@ -7,6 +7,7 @@ Skipped (with the reason) on machines without the CUDA toolkit, or when
 CMake did not find CUDA and NCCL, since then the CUDA runtime is not built.
 """
 
+import json
 import pathlib
 import shutil
 import subprocess
@@ -672,3 +673,39 @@ def test_constant_tensors_reach_the_device_through_one_copy(ddpc, tmp_path):
         "examples/fashion_mnist/fmnist_cnn.onnx", "--train", "--batch-size", "4"
     )
     assert "ddpc_device_constants" not in train
+
+
+@pytest.mark.parametrize("precision,mode", [(None, 0), ("fp32", 0), ("tf32", 1)])
+def test_precision_reaches_the_cuda_runtime(ddpc, tmp_path, precision, mode):
+    """--precision sets the glue's ddpc_math_mode, which the CUDA runtime
+    reads to allow TF32 in cuBLAS(Lt) and cuDNN; the plan says what it
+    means. (That TF32 math runs and changes results only a GPU shows:
+    scripts/gpu-check.sh times and checks a tf32 program.)"""
+    model = ROOT / "examples/fashion_mnist/fmnist_cnn.onnx"
+    flags = ["--precision", precision] if precision else []
+    obj = tmp_path / "p.o"
+    proc = subprocess.run(
+        [
+            str(ddpc),
+            "compile",
+            str(model),
+            "--train",
+            "--batch-size",
+            "8",
+            "--target",
+            "cuda",
+            *flags,
+            "--emit=obj",
+            "-o",
+            str(obj),
+            "--report=json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    glue = (tmp_path / "p.o.glue.c").read_text()
+    assert f"const int32_t ddpc_math_mode = {mode};" in glue
+    plan = json.loads(proc.stdout)["precision"]
+    assert plan["mode"] == (precision or "fp32")
+    assert ("TF32 tensor-core" in plan["meaning"]) == (mode == 1), plan

@@ -413,3 +413,24 @@ def test_train_nan_policy() -> None:
     assert [bool(e.get("skipped")) for e in result.log] == [False, True, False, False]
     with pytest.raises(ValueError, match="nan_policy"):
         prog.train(x, y, nan_policy="never")
+
+
+@pytest.mark.parametrize(
+    "precision,unsupported", [("bf16", True), ("fp16", True), ("int3", False)]
+)
+def test_precision_option(precision, unsupported) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    # tf32 compiles everywhere (float32 math on the CPU) and runs as fp32.
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    y = ddpc.compile(model, precision="tf32").run({"x": x})["y"]
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    with pytest.raises(ddpc.CompileError) as info:
+        ddpc.compile(model, precision=precision)
+    assert info.value.unsupported is unsupported
+    assert "--precision" in info.value.message

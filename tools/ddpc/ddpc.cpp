@@ -56,6 +56,15 @@ static cl::opt<std::string> cudaArch(
              "sm_80,sm_90 (default sm_80; newer GPUs JIT the PTX of the "
              "last one)"),
     cl::init("sm_80"), cl::sub(compileCmd), cl::cat(category));
+static cl::opt<std::string> precision(
+    "precision",
+    cl::desc("Math of float32 contractions: fp32 (IEEE float32; default) or "
+             "tf32 (--target cuda: cuBLAS GEMMs and cuDNN convolutions may "
+             "use TF32 tensor cores, inputs rounded to a 10-bit mantissa with "
+             "float32 accumulation, as PyTorch's allow_tf32; no effect on "
+             "the CPU). bf16 and fp16 are not supported yet"),
+    cl::init("fp32"), cl::value_desc("fp32|tf32"), cl::sub(compileCmd),
+    cl::cat(category));
 static cl::opt<std::string> cudaPath(
     "cuda-path",
     cl::desc("--target cuda: CUDA toolkit folder (default: $CUDA_HOME, "
@@ -284,6 +293,9 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
   }
   os << "  fusion groups: " << root->getInteger("fusion_groups").value_or(0)
      << " (one loop nest or kernel each)\n";
+  if (const json::Object *p = root->getObject("precision"))
+    os << "  precision: " << p->getString("mode").value_or("") << " ("
+       << p->getString("meaning").value_or("") << ")\n";
   if (const json::Object *cuda = root->getObject("cuda")) {
     os << "  cuda"
        << (cuda->getBoolean("emulated").value_or(false)
@@ -376,6 +388,7 @@ int main(int argc, char **argv) {
   options.target = target;
   options.emit = emit;
   options.cudaRoot = cudaPath;
+  options.precision = precision;
   if ((cudaArch.getNumOccurrences() || cudaPath.getNumOccurrences()) &&
       target != "cuda") {
     errs() << "error: --cuda-arch and --cuda-path apply to --target cuda "

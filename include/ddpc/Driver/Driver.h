@@ -43,6 +43,13 @@ struct CompileOptions {
   /// last one in the fatbin) and the CUDA toolkit folder (empty: search).
   std::vector<std::string> cudaArchs = {"sm_80"};
   std::string cudaRoot;
+  /// Math of the float32 contractions (`--precision`): "fp32" (IEEE
+  /// float32 products; the default) or "tf32" (float32 tensors and
+  /// accumulation; on --target cuda, cuBLAS(Lt) GEMMs and cuDNN
+  /// convolutions may round their inputs to TF32's 10-bit mantissa and use
+  /// tensor cores, as PyTorch's allow_tf32; no effect on the CPU targets).
+  /// "bf16" and "fp16" are refused as not supported yet.
+  std::string precision = "fp32";
   EmitKind emit = EmitKind::Executable;
   ImportOptions import;
   CPUPipelineOptions pipeline;

@@ -146,6 +146,11 @@ constexpr llvm::StringLiteral kGlueLabelShape = "ddpc_label_shape";
 constexpr llvm::StringLiteral kGlueIsClassification = "ddpc_is_classification";
 constexpr llvm::StringLiteral kGlueNumClasses = "ddpc_num_classes";
 
+/// CUDA programs: the contractions' math (const int32_t): 0 = float32
+/// (--precision fp32), 1 = TF32 tensor-core math allowed (--precision
+/// tf32). The CUDA runtime reads it weakly (absent: 0).
+constexpr llvm::StringLiteral kGlueMathMode = "ddpc_math_mode";
+
 /// The 1-D device grid of all ranks that collectives reduce over
 /// (`shard.grid`, size = world size, dynamic).
 constexpr llvm::StringLiteral kWorldGrid = "ddpc_world";

@@ -1,8 +1,9 @@
 //===- CudaBlas.cpp - GEMMs of the CUDA runtime: cuBLAS and cuBLASLt -----===//
 //
 // Part of ddpc's CUDA runtime: ddpc_gemm_f32 (cublasSgemmStridedBatched,
-// FP32 math, no TF32) and ddpc_gemm_bias_act_f32 (one cuBLASLt matmul with
-// a bias or bias + ReLU epilogue), both of Gemm.h, on the compute stream.
+// FP32 math, or TF32 tensor-core math with --precision tf32) and
+// ddpc_gemm_bias_act_f32 (one cuBLASLt matmul with a bias or bias + ReLU
+// epilogue), both of Gemm.h, on the compute stream.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,7 +41,9 @@ cublasHandle_t blas() {
     cublasHandle_t h = nullptr;
     checkBlas(cublasCreate(&h), "cublasCreate");
     checkBlas(cublasSetStream(h, stream), "cublasSetStream");
-    checkBlas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    checkBlas(cublasSetMathMode(h, allowTF32() ? CUBLAS_TF32_TENSOR_OP_MATH
+                                               : CUBLAS_DEFAULT_MATH),
+              "cublasSetMathMode");
     return h;
   }();
   return handle;
@@ -180,7 +183,10 @@ int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k, int32_t transA,
   const void *biasPtr = reinterpret_cast<const void *>(bias);
   uint64_t workspace = kLtWorkspaceBytes;
   auto set = [](cublasStatus_t s, const char *what) { checkBlas(s, what); };
-  set(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  set(cublasLtMatmulDescCreate(&desc.op,
+                               allowTF32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                           : CUBLAS_COMPUTE_32F,
+                               CUDA_R_32F),
       "cublasLtMatmulDescCreate");
   set(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
                                      sizeof(opA)),

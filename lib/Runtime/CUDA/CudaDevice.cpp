@@ -31,6 +31,11 @@
 #include <unordered_map>
 #include <vector>
 
+/// The glue's --precision (RuntimeSymbols.h kGlueMathMode). A weak
+/// reference, not a weak default: the compiler folds a const default into
+/// its readers. Programs without it (the runtime's own tests) run float32.
+extern "C" __attribute__((weak)) const int32_t ddpc_math_mode;
+
 namespace ddpc {
 namespace runtime {
 namespace cuda {
@@ -44,6 +49,18 @@ std::mutex gInitMutex;
 const char *gLastKernel = "(none)";
 
 } // namespace
+
+bool allowTF32() {
+  // DDPC_TF32=0/1 overrides the compiled choice (diagnosis, and the GPU
+  // check's TF32 timing of a float32 program).
+  static const bool allowed = [] {
+    const char *v = std::getenv("DDPC_TF32");
+    if (v && *v)
+      return std::strcmp(v, "0") != 0;
+    return &ddpc_math_mode && ddpc_math_mode == 1;
+  }();
+  return allowed;
+}
 
 /// DDPC_CUDA_SYNC_CHECK=1: wait for every kernel and GEMM right after it is
 /// queued and check for errors, so a failing kernel is named (device errors

@@ -57,6 +57,12 @@ void check(cudaError_t result, const char *call);
 /// `prefetch` moves them there now, ordered on the compute stream.
 void preferDevice(void *ptr, size_t bytes, bool prefetch);
 
+/// Whether the program was compiled with --precision tf32 (the glue's
+/// ddpc_math_mode, RuntimeSymbols.h kGlueMathMode): cuBLAS(Lt) and cuDNN
+/// may then use TF32 tensor-core math for float32 data. DDPC_TF32=0 or 1
+/// overrides it.
+bool allowTF32();
+
 /// DDPC_CUDA_SYNC_CHECK=1: library calls and launches wait for the device
 /// and check it (checkCompleted) so a failure is named.
 bool syncCheck();

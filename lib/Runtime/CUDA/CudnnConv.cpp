@@ -15,7 +15,8 @@
 // require it: without it, or with DDPC_CUDNN=0, every call returns 0. Per
 // problem (kind and shapes) the descriptors, the algorithm and its
 // workspace size are cached. The algorithm is the fastest FMA-math one (no
-// TF32, to match the CPU target's float32) that cudnnFind*AlgorithmEx
+// TF32, to match the CPU target's float32; with --precision tf32, of any
+// math type, set on the descriptor as cuDNN asks) that cudnnFind*AlgorithmEx
 // measures on the problem's first call, else (DDPC_CUDNN_BENCHMARK=0, or
 // measuring fails) the first such result of cuDNN's heuristics
 // (cudnnGet*Algorithm_v7). The workspace is one device buffer that grows as
@@ -93,6 +94,8 @@ struct Problem {
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
   size_t workspace = 0;
+  /// The chosen algorithm's math type (set on `conv`, as cuDNN asks).
+  cudnnMathType_t math = CUDNN_FMA_MATH;
 };
 
 struct Cudnn {
@@ -180,21 +183,26 @@ Cudnn *cudnn() {
 }
 
 /// The first entry of a cudnnGet*Algorithm_v7 or cudnnFind*AlgorithmEx
-/// list (best first) that cuDNN supports without tensor-core (TF32) math,
-/// or -1.
+/// list (best first) that cuDNN supports without tensor-core (TF32) math
+/// (with --precision tf32: with any math), or -1.
 template <typename Perf> int pickIndex(const Perf *perf, int count) {
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-        perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
-        perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+        (cuda::allowTF32() ||
+         (perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
+          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)))
       return i;
   return -1;
 }
 
-/// Algorithm choice from a cudnnGet*Algorithm_v7 list.
-template <typename Perf> int pickAlgo(const Perf *perf, int count) {
+/// Algorithm choice from a cudnnGet*Algorithm_v7 list: p.algo and p.math
+/// (p.algo -1 when none).
+template <typename Perf>
+void pickAlgo(const Perf *perf, int count, Problem &p) {
   int i = pickIndex(perf, count);
-  return i < 0 ? -1 : static_cast<int>(perf[i].algo);
+  p.algo = i < 0 ? -1 : static_cast<int>(perf[i].algo);
+  if (i >= 0)
+    p.math = perf[i].mathType;
 }
 
 /// Each problem's algorithm is the fastest one cudnnFind*AlgorithmEx
@@ -239,12 +247,14 @@ void measureAlgorithm(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p,
   constexpr int kMax = 16;
   int count = 0, algo = -1;
   size_t memory = 0;
+  cudnnMathType_t math = p.math;
   // The fastest supported result of a cudnnFind*AlgorithmEx call.
   auto take = [&](cudnnStatus_t st, const auto *perf) {
     int best = st == CUDNN_STATUS_SUCCESS ? pickIndex(perf, count) : -1;
     if (best >= 0) {
       algo = static_cast<int>(perf[best].algo);
       memory = perf[best].memory;
+      math = perf[best].mathType;
     }
   };
   if (kind == 0) {
@@ -268,6 +278,7 @@ void measureAlgorithm(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p,
   if (algo >= 0) {
     p.algo = algo;
     p.workspace = memory;
+    p.math = math;
   }
 }
 
@@ -285,9 +296,10 @@ std::string chooseAlgorithm(Cudnn &c, AlgosFn algos, WorkspaceFn workspace,
   cudnnStatus_t st = algos(c.handle, descs..., kMaxAlgos, &count, perf);
   if (st != CUDNN_STATUS_SUCCESS)
     return std::string(what) + " algorithms: " + c.api.getErrorString(st);
-  p.algo = pickAlgo(perf, count);
+  pickAlgo(perf, count, p);
   if (p.algo < 0)
-    return "no supported FMA (non-TF32) algorithm";
+    return cuda::allowTF32() ? "no supported algorithm"
+                             : "no supported FMA (non-TF32) algorithm";
   st = workspace(c.handle, descs..., static_cast<Algo>(p.algo), &p.workspace);
   if (st != CUDNN_STATUS_SUCCESS)
     return std::string(what) + " workspace size: " + c.api.getErrorString(st);
@@ -327,7 +339,11 @@ std::string prepare(Cudnn &c, int32_t kind, const Conv2dShape &d, Problem &p) {
   step(a.setConv2d(p.conv, 0, 0, i(d.strideH), i(d.strideW), i(d.dilationH),
                    i(d.dilationW), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
        "cudnnSetConvolution2dDescriptor");
-  step(a.setMathType(p.conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  // FMA math keeps float32 products; DEFAULT lets cuDNN pick TF32 tensor
+  // cores (--precision tf32).
+  step(a.setMathType(p.conv,
+                     cuda::allowTF32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+       "cudnnSetConvolutionMathType");
   step(a.setGroupCount(p.conv, i(d.groups)), "cudnnSetConvolutionGroupCount");
   if (!why.empty())
     return why;
@@ -390,6 +406,7 @@ std::string prepareFused(Cudnn &c, int32_t act, const Conv2dShape &d,
   if (!act) {
     // cuDNN supports the identity activation only with this algorithm.
     p.algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    p.math = CUDNN_DEFAULT_MATH; // Used with --precision tf32 only.
     step(a.forwardWorkspace(c.handle, p.x, p.w, p.conv, p.y,
                             CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
                             &p.workspace),
@@ -438,6 +455,10 @@ int32_t runConv(Cudnn &lib, int32_t kind, const Conv2dShape &d, Launch launch,
            "); it runs as " + fallback);
     else if (kind <= 2 && x && benchmarkEnabled())
       measureAlgorithm(lib, kind, d, problem, x, w, y);
+    // The descriptor runs the chosen algorithm's math (float32 programs
+    // keep FMA math: their candidates were FMA ones).
+    if (problem.ok && cuda::allowTF32())
+      (void)lib.api.setMathType(problem.conv, problem.math);
     it = lib.problems.emplace(key, problem).first;
   }
   Problem &pr = it->second;
