@@ -131,6 +131,7 @@ void buildGPULoopPipeline(OpPassManager &pm) {
   fpm.addPass(createGemmToLibraryCallPass());
   fpm.addPass(createGemmEpiloguesPass());
   fpm.addPass(createConvEpiloguesPass());
+  fpm.addPass(createStageHostSharedOutputsPass());
   fpm.addPass(createScatterToAtomicPass());
   fpm.addPass(createMemRefCopyToLinalgPass());
   fpm.addPass(createParallelLoopsOutermostPass());

@@ -156,6 +156,17 @@ void setNames(func::FuncOp f, ArrayRef<std::string> argNames,
     f.setResultAttr(i, attrs::kName, b.getStringAttr(n));
 }
 
+/// Marks the arguments and results that the training runtime passes in
+/// host-shared memory (ddpc.host_shared; TrainABI.h's per-step scalars):
+/// the last `args` arguments and the last `results` results.
+void markHostShared(func::FuncOp f, unsigned args, unsigned results) {
+  UnitAttr unit = UnitAttr::get(f.getContext());
+  for (unsigned i = f.getNumArguments() - args; i < f.getNumArguments(); ++i)
+    f.setArgAttr(i, attrs::kHostShared, unit);
+  for (unsigned i = f.getNumResults() - results; i < f.getNumResults(); ++i)
+    f.setResultAttr(i, attrs::kHostShared, unit);
+}
+
 /// The step functions' names for the data arguments: "data" for a single
 /// data input, "data.<input name>" for each of several.
 void appendDataNames(SmallVectorImpl<std::string> &names,
@@ -495,6 +506,7 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
   resNames.push_back("loss");
   resNames.push_back("correct");
   setNames(fn, argNames, resNames);
+  markHostShared(fn, /*rng*/ 1, /*loss, correct*/ 2);
   return success();
 }
 
@@ -572,6 +584,7 @@ LogicalResult buildApply(OpBuilder &b, Location loc, const StepSignature &sig,
   for (const auto &n : stateNames)
     resNames.push_back("new." + n);
   setNames(fn, argNames, resNames);
+  markHostShared(fn, /*lr, step, grad_scale*/ 3, 0);
   return success();
 }
 
@@ -629,6 +642,7 @@ void buildGradNorm(OpBuilder &b, Location loc, const StepSignature &sig,
     argNames.push_back("grad_acc." + s.name);
   argNames.push_back("grad_scale");
   setNames(fn, argNames, {"grad_norm"});
+  markHostShared(fn, /*grad_scale*/ 1, /*grad_norm*/ 1);
 }
 
 /// @eval(params, buffers, data, labels) -> (sample_loss [B],
@@ -667,6 +681,7 @@ void buildEval(OpBuilder &b, Location loc, func::FuncOp fwdEval,
   appendDataNames(argNames, info);
   argNames.push_back("labels");
   setNames(fn, argNames, {"sample_loss", "sample_correct"});
+  markHostShared(fn, 0, /*sample_loss, sample_correct*/ 2);
 }
 
 } // namespace

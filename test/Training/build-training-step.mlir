@@ -18,21 +18,21 @@
 // CHECK-SAME: {ddpc.name = "grad_acc.W", ddpc.role = "grad_acc"}
 // CHECK-SAME: tensor<4x3xf32> {ddpc.name = "data"}
 // CHECK-SAME: tensor<4xi64> {ddpc.name = "labels"}
-// CHECK-SAME: -> (tensor<3x4xf32> {ddpc.name = "grad_acc.W", ddpc.role = "new_grad_acc"}, tensor<f32> {ddpc.name = "loss"}, tensor<i64> {ddpc.name = "correct"})
+// CHECK-SAME: -> (tensor<3x4xf32> {ddpc.name = "grad_acc.W", ddpc.role = "new_grad_acc"}, tensor<f32> {ddpc.host_shared, ddpc.name = "loss"}, tensor<i64> {ddpc.host_shared, ddpc.name = "correct"})
 // CHECK: math.exp
 // CHECK: math.log
 // CHECK-LABEL: func.func @apply(
 // CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<3x4xf32> {ddpc.name = "W"}
 // CHECK-SAME: %[[G:[a-z0-9]+]]: tensor<3x4xf32> {ddpc.name = "grad_acc.W", ddpc.role = "grad_acc"}
-// CHECK-SAME: %[[LR:[a-z0-9]+]]: tensor<f32> {ddpc.name = "lr"}
-// CHECK-SAME: %[[SCALE:[a-z0-9]+]]: tensor<f32> {ddpc.name = "grad_scale"}
+// CHECK-SAME: %[[LR:[a-z0-9]+]]: tensor<f32> {ddpc.host_shared, ddpc.name = "lr"}
+// CHECK-SAME: %[[SCALE:[a-z0-9]+]]: tensor<f32> {ddpc.host_shared, ddpc.name = "grad_scale"}
 // CHECK: %[[SCALED:.+]] = linalg.generic {{.*}} ins(%[[G]], %[[SCALE]] :
 // CHECK: linalg.generic {{.*}} ins(%[[W]], %[[SCALED]], %[[LR]] :
 // CHECK: ^bb0(%[[WV:.+]]: f32, %[[GV:.+]]: f32, %[[LRV:.+]]: f32, %{{.+}}: f32):
 // CHECK: %[[STEP:.+]] = arith.mulf %[[LRV]], %[[GV]] : f32
 // CHECK: arith.subf %[[WV]], %[[STEP]] : f32
 // CHECK-LABEL: func.func @eval(
-// CHECK-SAME: -> (tensor<4xf32> {ddpc.name = "sample_loss"}, tensor<4xi64> {ddpc.name = "sample_correct"})
+// CHECK-SAME: -> (tensor<4xf32> {ddpc.host_shared, ddpc.name = "sample_loss"}, tensor<4xi64> {ddpc.host_shared, ddpc.name = "sample_correct"})
 
 // ADAMW-LABEL: func.func @apply(
 // ADAMW-SAME: {ddpc.name = "exp_avg.W"}

@@ -24,6 +24,7 @@ namespace ddpc::attrs {
 DDPC_ATTR_NAME(kName, Name)
 DDPC_ATTR_NAME(kDType, Dtype)
 DDPC_ATTR_NAME(kRole, Role)
+DDPC_ATTR_NAME(kHostShared, HostShared)
 DDPC_ATTR_NAME(kGraphName, GraphName)
 DDPC_ATTR_NAME(kOpset, Opset)
 DDPC_ATTR_NAME(kInitializers, Initializers)

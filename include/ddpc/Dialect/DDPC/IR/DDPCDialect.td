@@ -27,6 +27,9 @@ def DDPC_Dialect : Dialect {
       ddpc.dtype  : IntegerAttr  ONNX TensorProto.DataType (i32)
       ddpc.role   : StringAttr   input, output, param, buffer,
                                  buffer_update, rng, grad_acc, new_grad_acc
+      ddpc.host_shared : UnitAttr  a training step's per-step scalar that the
+                                 runtime passes in host-shared memory
+                                 (Runtime/Memory.h: page-locked on CUDA)
     On the module (the importer):
       ddpc.graph_name   : StringAttr  the ONNX graph's name
       ddpc.opset        : IntegerAttr default-domain opset (i64)
@@ -57,6 +60,7 @@ def DDPC_Dialect : Dialect {
     "::mlir::StringAttr":$name,
     "::mlir::IntegerAttr":$dtype,
     "::mlir::StringAttr":$role,
+    "::mlir::UnitAttr":$host_shared,
     "::mlir::StringAttr":$graph_name,
     "::mlir::IntegerAttr":$opset,
     "::mlir::ArrayAttr":$initializers,
