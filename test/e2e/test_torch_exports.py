@@ -34,10 +34,13 @@ def reference(name):
     return json.loads((EXPORTS / f"{name}.json").read_text())
 
 
-def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1, model=None):
-    """Trains the export (or `model`, a path) with ddpc at the reference's
-    global batch over `ranks` ranks; returns (ddpc's losses, PyTorch's 1-rank
-    losses, stdout). The trained model is tmp_path/trained.onnx."""
+def ddpc_losses(
+    ddpc, tmp_path, name, form, opt, *run_args, ranks=1, model=None, compile_args=()
+):
+    """Trains the export (or `model`, a path) with ddpc (`compile_args` added
+    to its command) at the reference's global batch over `ranks` ranks;
+    returns (ddpc's losses, PyTorch's 1-rank losses, stdout). The trained
+    model is tmp_path/trained.onnx."""
     ref = reference(name)
     data = np.load(EXPORTS / f"{name}.npz")
     np.save(tmp_path / "x.npy", data["x"])
@@ -53,10 +56,11 @@ def ddpc_losses(ddpc, tmp_path, name, form, opt, *run_args, ranks=1, model=None)
     prog = tmp_path / "prog"
     proc = subprocess.run(
         [ddpc, "compile", str(model or EXPORTS / f"{name}.{form}.onnx"), "--train"]
-        + ["--batch-size", str(ref["batch"] // ranks), *flags, "-o", str(prog)],
+        + ["--batch-size", str(ref["batch"] // ranks), *flags, *compile_args]
+        + ["-o", str(prog)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr
     log = tmp_path / "log.json"
@@ -197,6 +201,12 @@ def test_inference_matches_onnxruntime(ddpc, tmp_path, name, form):
     them (batch statistics). onnxruntime's default graph optimizations fuse
     Conv + BatchNormalization without looking at training_mode, so the
     oracle runs without them."""
+    check_inference(ddpc, tmp_path, name, form)
+
+
+def check_inference(ddpc, tmp_path, name, form):
+    """ddpc's outputs of the export NAME.FORM on eval_x against
+    onnxruntime's without graph optimizations."""
     model = EXPORTS / f"{name}.{form}.onnx"
     x = np.load(EXPORTS / f"{name}.npz")["eval_x"]
     so = ort.SessionOptions()

@@ -2,9 +2,13 @@
 on them: the oracle of test/e2e/test_torch_exports.py, which runs without
 PyTorch.
 
-Run it with a Python that has torch (`make bench` installs one):
+Run it with a Python that has torch and torchvision (`make bench` installs
+them):
 
-    bench/.venv/bin/python test/torch_exports/make_exports.py
+    bench/.venv/bin/python test/torch_exports/make_exports.py [NAME ...]
+
+With names (e.g. `resnet50 mobilenetv3`) it writes only those models' files,
+so the others stay as checked in.
 
 For each model it writes, next to this file:
   NAME.<form>.onnx  the export (forms: `eval`, and `train` / `train-opset12`
@@ -29,7 +33,9 @@ import numpy as np
 import onnx
 import torch
 import torch.nn as nn
+import torchvision
 from onnx import numpy_helper
+from torchvision.models.resnet import Bottleneck, ResNet
 
 HERE = pathlib.Path(__file__).resolve().parent
 STEPS, BATCH = 10, 8
@@ -55,8 +61,58 @@ class ConvBN(nn.Module):
         return self.fc(h.mean(dim=(2, 3)))
 
 
+class ResNet50Narrow(ResNet):
+    """torchvision's ResNet-50 (ResNet with Bottleneck blocks, layers
+    [3, 4, 6, 3]: 53 Conv + BatchNorm, 16 residual Adds, MaxPool, global
+    average pool, Flatten, Linear) with every width divided by 16 to keep
+    the file small: stem 4 channels instead of 64, bottleneck widths
+    4/8/16/32 instead of 64/128/256/512 (outputs 16/32/64/128 instead of
+    256/512/1024/2048), 5 classes; 106k parameters instead of 25.6M. Depth,
+    strides, kernel sizes and torchvision's initialization are ResNet-50's.
+    On 3x16x16 images (small, so the data file is) layer3 and layer4 run
+    at 1x1."""
+
+    DIV = 16
+
+    def __init__(self):
+        # zero_init_residual (torchvision's option): each block starts as
+        # the identity. Without it this narrow, deep net at 1x1 is chaotic
+        # (PyTorch's float32 and float64 losses differ by 26% in 10 steps).
+        super().__init__(
+            Bottleneck, [3, 4, 6, 3], num_classes=5, zero_init_residual=True
+        )
+        # The stem was built at width 64 before _make_layer narrowed the
+        # rest: rebuild it narrow, initialized as ResNet.__init__ does.
+        width = 64 // self.DIV
+        self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
+        nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")
+        self.bn1 = nn.BatchNorm2d(width)
+        self.fc = nn.Linear(512 // self.DIV * Bottleneck.expansion, 5)
+
+    def _make_layer(self, block, planes, blocks, stride=1, dilate=False):
+        if planes == 64:  # layer1: its input is the narrow stem
+            self.inplanes = 64 // self.DIV
+        return super()._make_layer(block, planes // self.DIV, blocks, stride, dilate)
+
+
+def mobilenetv3():
+    """torchvision's mobilenet_v3_small at width_mult 0.25 with its
+    reduced_tail option (the last stage and the classifier's hidden layer
+    at half width), classifier dropout 0 (PyTorch's random masks cannot be
+    reproduced), 5 classes: 61k parameters instead of 2.5M. It has
+    Hardswish, Hardsigmoid, squeeze-excitation (global average pool, 1x1
+    Convs, Mul), depthwise Convs and BatchNorm with eps 1e-3, momentum
+    0.01."""
+    return torchvision.models.mobilenet_v3_small(
+        width_mult=0.25, reduced_tail=True, dropout=0.0, num_classes=5
+    )
+
+
+# name: (constructor, image shape, classes, training-mode export forms).
 MODELS = {
-    "convbn": (ConvBN, (3, 8, 8), 5),
+    "convbn": (ConvBN, (3, 8, 8), 5, {"train": 17, "train-opset12": 12}),
+    "resnet50": (ResNet50Narrow, (3, 16, 16), 5, {"train": 17}),
+    "mobilenetv3": (mobilenetv3, (3, 16, 16), 5, {"train": 17}),
 }
 
 # Transformers: vocabulary, sequence length, width, heads, layers, classes.
@@ -336,8 +392,10 @@ def export_lm(model, sample, path, training, outputs):
     )
 
 
-def make_language_models():
+def make_language_models(names):
     for name, (cls, make_data, outputs) in LANGUAGE_MODELS.items():
+        if name not in names:
+            continue
         torch.manual_seed(0)
         model = cls()
         rng = np.random.default_rng(0)
@@ -374,10 +432,13 @@ def make_language_models():
         print(f"{name}: sgd {sgd[0]:.4f} -> {sgd[-1]:.4f}")
 
 
-def main():
-    make_language_models()
-    torch.manual_seed(0)
-    for name, (cls, shape, classes) in MODELS.items():
+def main(names):
+    make_language_models(names)
+    for name, (cls, shape, classes, train_forms) in MODELS.items():
+        if name not in names:
+            continue
+        # Each model from seed 0, whichever models this run makes.
+        torch.manual_seed(0)
         model = cls()
         rng = np.random.default_rng(0)
         x = rng.standard_normal((STEPS * BATCH, *shape)).astype(np.float32)
@@ -385,8 +446,8 @@ def main():
         eval_x = rng.standard_normal((4, *shape)).astype(np.float32)
         sample = torch.from_numpy(x[:BATCH])
         export(model, sample, HERE / f"{name}.eval.onnx", False, 17)
-        export(model, sample, HERE / f"{name}.train.onnx", True, 17)
-        export(model, sample, HERE / f"{name}.train-opset12.onnx", True, 12)
+        for form, opset in train_forms.items():
+            export(model, sample, HERE / f"{name}.{form}.onnx", True, opset)
         np.savez(HERE / f"{name}.npz", x=x, y=y, eval_x=eval_x)
         trained, sgd = train(model, x, y, "sgd")
         _, adamw = train(model, x, y, "adamw")
@@ -410,4 +471,10 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    known = [*LANGUAGE_MODELS, *MODELS]
+    unknown = [n for n in sys.argv[1:] if n not in known]
+    if unknown:
+        sys.exit(f"unknown model {unknown[0]!r}; known: {' '.join(known)}")
+    main(sys.argv[1:] or known)
