@@ -470,6 +470,26 @@ CASES = {
         ),
     ],
     "Upsample": [c(opset=9, X=[1, 2, 2, 3], scales=f32(1, 1, 2, 3))],
+    # Slices of the rotated lanes, elementwise products with the (gathered)
+    # caches, concatenation back into X.
+    "RotaryEmbedding": [
+        c(
+            opset=23,
+            X=[2, 2, 3, 6],
+            cos_cache=[5, 3],
+            sin_cache=[5, 3],
+            position_ids=i64([[0, 4, 2], [1, 1, -1]]),
+            name="4d-position-ids",
+        ),
+        c(
+            opset=23,
+            attrs=dict(num_heads=2, interleaved=1, rotary_embedding_dim=4),
+            X=[2, 3, 12],
+            cos_cache=[2, 3, 2],
+            sin_cache=[2, 3, 2],
+            name="3d-interleaved-partial",
+        ),
+    ],
     "Softmax": [c(input=[3, 4])],
     "Squeeze": [c(data=[3, 1, 4], axes=AXES1)],
     "Transpose": [c(data=[2, 3, 4], attrs=dict(perm=[2, 0, 1]))],
