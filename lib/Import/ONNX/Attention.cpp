@@ -16,6 +16,9 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
+#include <cmath>
+#include <limits>
+
 using namespace mlir;
 
 namespace ddpc::onnx_import {
@@ -250,10 +253,287 @@ LogicalResult importRotaryEmbedding(NodeContext &ctx) {
   return success();
 }
 
+/// The ONNX dtype input `i` has in the graph (before promoteHalfPrecision
+/// widens float16/bfloat16 to float32).
+int32_t graphDType(NodeContext &ctx, int i) {
+  const std::string &name = ctx.node.input(i);
+  if (auto v = ctx.importer.values.find(name); v != ctx.importer.values.end())
+    return v->second.dtype;
+  if (auto c = ctx.importer.constants.find(name);
+      c != ctx.importer.constants.end())
+    return c->second.second;
+  return kUndefined;
+}
+
+/// Attention's batched products with grouped-query heads: `a` [B, Hq, S, n]
+/// against `b` [B, Hkv, L, n] (transB: b read as [.., n, L] transposed, i.e.
+/// Q K^T) or [B, Hkv, n, L]. Hq = Hkv * r, query head h uses kv head
+/// h / r (np.repeat of the kv heads); for r > 1 both sides are viewed as
+/// [B, Hkv, r, ., .] and [B, Hkv, 1, ., .] so that the contraction
+/// broadcasts the kv head instead of materializing the repeat.
+Value headProduct(OpBuilder &b, Location loc, Value a, Value bm, bool transB,
+                  Type elem) {
+  auto at = cast<RankedTensorType>(a.getType());
+  auto bt = cast<RankedTensorType>(bm.getType());
+  int64_t hq = at.getDimSize(1), hkv = bt.getDimSize(1);
+  SmallVector<int64_t> outShape;
+  if (hq == hkv)
+    return buildContraction(b, loc, a, bm, false, transB, elem, outShape);
+  int64_t r = hq / hkv;
+  ArrayRef<int64_t> as = at.getShape(), bs = bt.getShape();
+  Value a5 = buildReshape(b, loc, a, {as[0], hkv, r, as[2], as[3]});
+  Value b5 = buildReshape(b, loc, bm, {bs[0], hkv, 1, bs[2], bs[3]});
+  Value c = buildContraction(b, loc, a5, b5, false, transB, elem, outShape);
+  return buildReshape(
+      b, loc, c, {as[0], hq, outShape[outShape.size() - 2], outShape.back()});
+}
+
+/// Attention-23/24: softmax(softcap(scale Q K^T) + bias) V over Q, K, V in
+/// [B, heads, seq, head] (4-D) or [B, seq, heads*head] with q_num_heads and
+/// kv_num_heads (3-D). past_key/past_value are concatenated before K and V
+/// (present_key/present_value). The bias is -inf where a bool attn_mask is
+/// false, where is_causal hides a key (key > query + past length, the
+/// causal diagonal offset by the past), where a key is at or past
+/// nonpad_kv_seqlen[b] (opset 24), and beyond the end of an attn_mask
+/// shorter than the keys; a float attn_mask is added. Softmax is the
+/// reference's (maximum subtracted): a row masked everywhere is NaN, as in
+/// the ONNX reference. qk_matmul_output is the scaled product (mode 0),
+/// after softcap (1), after the bias (2) or after softmax (3). Both opsets
+/// combine attn_mask and is_causal as the reference does (opset 23's text
+/// allowed only one; its node tests give both). float16/bfloat16 compute in
+/// float32.
+LogicalResult importAttention(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"is_causal", "kv_num_heads", "q_num_heads",
+                             "qk_matmul_output_mode", "scale", "softcap",
+                             "softmax_precision"})))
+    return failure();
+  int maxIn = ctx.opset >= 24 ? 7 : 6;
+  if (ctx.numInputs() < 3 || ctx.numInputs() > maxIn || !ctx.hasInput(1) ||
+      !ctx.hasInput(2))
+    return ctx.invalid("takes Q, K, V and up to " + Twine(maxIn - 3) +
+                       " optional inputs; it has " + Twine(ctx.numInputs()));
+  if (ctx.numOutputs() > 4)
+    return ctx.invalid("has at most 4 outputs");
+  int32_t dt = graphDType(ctx, 0);
+  if (!isFloatDType(dt))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(dt));
+  for (int i : {1, 4})
+    if (ctx.hasInput(i) && graphDType(ctx, i) != dt)
+      return ctx.invalid("input #" + Twine(i) + " must have Q's dtype " +
+                         dtypeName(dt));
+  for (int i : {2, 5})
+    if (ctx.hasInput(i) && graphDType(ctx, i) != dt)
+      return ctx.unsupported("V and past_value of a dtype other than Q's (" +
+                             Twine(dtypeName(graphDType(ctx, i))) + " vs " +
+                             dtypeName(dt) + ")");
+  bool hasMask = ctx.hasInput(3);
+  int32_t maskDType = hasMask ? graphDType(ctx, 3) : kUndefined;
+  if (hasMask && maskDType != kBool && maskDType != dt)
+    return ctx.unsupported("attn_mask of dtype " + Twine(dtypeName(maskDType)) +
+                           " (a bool mask or one of Q's dtype is supported)");
+  if (ctx.hasInput(4) != ctx.hasInput(5))
+    return ctx.invalid("past_key and past_value must be given together");
+  bool hasPast = ctx.hasInput(4);
+  bool hasNonpad = ctx.hasInput(6);
+  if (hasNonpad && hasPast)
+    return ctx.invalid("nonpad_kv_seqlen cannot be used with past_key and "
+                       "past_value");
+  int64_t mode = ctx.attrInt("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3)
+    return ctx.invalid("qk_matmul_output_mode " + Twine(mode) +
+                       " is not 0, 1, 2 or 3");
+  if (ctx.hasAttr("softmax_precision")) {
+    int64_t p = ctx.attrInt("softmax_precision", 0);
+    if (p != kFloat && p != kFloat16 && p != kBFloat16 &&
+        !(p == kDouble && dt == kDouble))
+      return ctx.unsupported(
+          "softmax_precision " + Twine(p) +
+          " (float, float16 and bfloat16 compute in at least float32, "
+          "double only for double inputs)");
+  }
+  if (dt == kFloat16 || dt == kBFloat16)
+    ctx.promoteHalfPrecision(dt);
+  TValue q = ctx.input(0), k = ctx.input(1), v = ctx.input(2);
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = q.elementType();
+  int64_t rank = q.rank();
+  if (rank != 3 && rank != 4)
+    return ctx.invalid("Q must be 3-D or 4-D, not of shape " +
+                       shapeString(q.shape()));
+  if (k.rank() != rank || v.rank() != rank)
+    return ctx.invalid("Q, K and V must have the same rank");
+  int64_t qHeadsAttr = ctx.attrInt("q_num_heads", 0),
+          kvHeadsAttr = ctx.attrInt("kv_num_heads", 0);
+  Value q4 = q.value, k4 = k.value, v4 = v.value;
+  if (rank == 3) {
+    if (qHeadsAttr <= 0 || kvHeadsAttr <= 0)
+      return ctx.invalid("3-D inputs need q_num_heads > 0 and "
+                         "kv_num_heads > 0");
+    auto split = [&](const TValue &t, int64_t heads, Value &out) {
+      if (t.shape()[2] % heads != 0)
+        return false;
+      out = swapDims12(b, loc,
+                       buildReshape(b, loc, t.value,
+                                    {t.shape()[0], t.shape()[1], heads,
+                                     t.shape()[2] / heads}));
+      return true;
+    };
+    if (!split(q, qHeadsAttr, q4) || !split(k, kvHeadsAttr, k4) ||
+        !split(v, kvHeadsAttr, v4))
+      return ctx.invalid("a hidden size is not a multiple of its head count");
+  }
+  auto shapeOf = [](Value x) {
+    return SmallVector<int64_t>(cast<RankedTensorType>(x.getType()).getShape());
+  };
+  SmallVector<int64_t> qs = shapeOf(q4), ks = shapeOf(k4), vs = shapeOf(v4);
+  int64_t batch = qs[0], hq = qs[1], seq = qs[2], hkv = ks[1];
+  if (rank == 4 &&
+      ((qHeadsAttr && qHeadsAttr != hq) || (kvHeadsAttr && kvHeadsAttr != hkv)))
+    return ctx.invalid("q_num_heads/kv_num_heads differ from the heads of "
+                       "the 4-D Q and K");
+  if (ks[0] != batch || vs[0] != batch)
+    return ctx.invalid("Q, K and V have different batch sizes");
+  if (ks[3] != qs[3])
+    return ctx.invalid("Q and K have different head sizes (" + Twine(qs[3]) +
+                       " vs " + Twine(ks[3]) + ")");
+  if (vs[1] != hkv || vs[2] != ks[2])
+    return ctx.invalid("K and V differ in heads or sequence length");
+  if (hkv == 0 || hq % hkv != 0)
+    return ctx.invalid("the query heads (" + Twine(hq) +
+                       ") are not a multiple of the kv heads (" + Twine(hkv) +
+                       ")");
+  int64_t past = 0;
+  if (hasPast) {
+    TValue pk = ctx.input(4), pv = ctx.input(5);
+    if (pk.rank() != 4 || pv.rank() != 4 || pk.shape()[0] != batch ||
+        pk.shape()[1] != hkv || pk.shape()[3] != ks[3] ||
+        pv.shape()[0] != batch || pv.shape()[1] != hkv ||
+        pv.shape()[3] != vs[3] || pv.shape()[2] != pk.shape()[2])
+      return ctx.invalid("past_key " + shapeString(pk.shape()) +
+                         " and past_value " + shapeString(pv.shape()) +
+                         " must be [batch, kv_heads, past, head] of K's and "
+                         "V's batch, heads and head sizes");
+    past = pk.shape()[2];
+    k4 = concatAlong(b, loc, {pk.value, k4}, 2);
+    v4 = concatAlong(b, loc, {pv.value, v4}, 2);
+  }
+  int64_t total = ks[2] + past;
+  SmallVector<int64_t> scoreShape{batch, hq, seq, total};
+  double scale = ctx.hasAttr("scale") ? ctx.attrFloat("scale", 1.0f)
+                                      : 1.0 / std::sqrt((double)qs[3]);
+  double softcap = ctx.attrFloat("softcap", 0.0f);
+  bool causal = ctx.attrFlag("is_causal", false);
+
+  Value scores = headProduct(b, loc, q4, k4, /*transB=*/true, elem);
+  scores =
+      buildElementwise(b, loc, scores, scoreShape, elem,
+                       [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                         return arith::MulFOp::create(
+                             nb, l, a[0], scalarConst(nb, l, elem, scale));
+                       });
+  Value rawScores = scores;
+  if (softcap > 0)
+    scores =
+        buildElementwise(b, loc, scores, scoreShape, elem,
+                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                           Value c = scalarConst(nb, l, elem, softcap);
+                           Value t = math::TanhOp::create(
+                               nb, l, arith::DivFOp::create(nb, l, a[0], c));
+                           return arith::MulFOp::create(nb, l, t, c);
+                         });
+  Value capped = scores;
+
+  // The bias: one elementwise generic over the scores.
+  SmallVector<Value> ins{scores};
+  int maskAt = -1, nonpadAt = -1;
+  if (hasMask) {
+    TValue m = ctx.input(3);
+    if (m.rank() < 2 || m.rank() > 4)
+      return ctx.invalid("attn_mask must be 2-D to 4-D, not of shape " +
+                         shapeString(m.shape()));
+    int64_t mlen = m.shape().back();
+    if (mlen > total)
+      return ctx.invalid("attn_mask's last dimension " + Twine(mlen) +
+                         " is longer than the keys (" + Twine(total) + ")");
+    Value mv = m.value;
+    if (mlen < total) {
+      // Keys past the mask's end are masked out (false, -inf).
+      SmallVector<int64_t> low(m.rank(), 0), high(m.rank(), 0);
+      high.back() = total - mlen;
+      mv = buildPad(
+          b, loc, mv, low, high,
+          maskDType == kBool
+              ? TypedAttr(b.getBoolAttr(false))
+              : scalarAttr(elem, -std::numeric_limits<double>::infinity()));
+    }
+    SmallVector<int64_t> ms = shapeOf(mv);
+    if (!broadcastsTo(ms, scoreShape))
+      return ctx.invalid("attn_mask of shape " + shapeString(m.shape()) +
+                         " does not broadcast to the scores " +
+                         shapeString(scoreShape));
+    maskAt = ins.size();
+    ins.push_back(mv);
+  }
+  if (hasNonpad) {
+    TValue n = ctx.input(6);
+    if (!isa<IntegerType>(n.elementType()) || n.rank() != 1 ||
+        n.shape()[0] != batch)
+      return ctx.invalid("nonpad_kv_seqlen must be an integer [batch] tensor");
+    nonpadAt = ins.size();
+    ins.push_back(buildReshape(b, loc, n.value, {batch, 1, 1, 1}));
+  }
+  bool boolMask = maskDType == kBool;
+  if (ins.size() > 1 || causal)
+    scores = buildElementwise(
+        b, loc, ins, scoreShape, elem,
+        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          Value s = a[0];
+          Value ninf = scalarConst(nb, l, elem,
+                                   -std::numeric_limits<double>::infinity());
+          if (maskAt >= 0)
+            s = boolMask
+                    ? arith::SelectOp::create(nb, l, a[maskAt], s, ninf)
+                          .getResult()
+                    : arith::AddFOp::create(nb, l, s, a[maskAt]).getResult();
+          Value key = linalg::IndexOp::create(nb, l, 3);
+          if (causal) {
+            Value query = linalg::IndexOp::create(nb, l, 2);
+            Value last = arith::AddIOp::create(
+                nb, l, query, arith::ConstantIndexOp::create(nb, l, past));
+            Value keep = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle,
+                                               key, last);
+            s = arith::SelectOp::create(nb, l, keep, s, ninf);
+          }
+          if (nonpadAt >= 0) {
+            Value len = arith::IndexCastOp::create(nb, l, nb.getIndexType(),
+                                                   a[nonpadAt]);
+            Value keep = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
+                                               key, len);
+            s = arith::SelectOp::create(nb, l, keep, s, ninf);
+          }
+          return s;
+        });
+  Value biased = scores;
+  Value probs = buildSoftmax(b, loc, biased, {3}, false);
+  Value y = headProduct(b, loc, probs, v4, /*transB=*/false, elem);
+  if (rank == 3) {
+    y = swapDims12(b, loc, y);
+    y = buildReshape(b, loc, y, {batch, seq, hq * vs[3]});
+  }
+  ctx.setOutput(0, {y, q.dtype});
+  ctx.setOutput(1, {k4, q.dtype});
+  ctx.setOutput(2, {v4, q.dtype});
+  Value qk[] = {rawScores, capped, biased, probs};
+  ctx.setOutput(3, {qk[mode], q.dtype});
+  return success();
+}
+
 } // namespace
 
 void registerAttentionOps(OpRegistry &r) {
   r.add("RotaryEmbedding", importRotaryEmbedding);
+  r.add("Attention", importAttention);
 }
 
 } // namespace ddpc::onnx_import
