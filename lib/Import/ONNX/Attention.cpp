@@ -298,10 +298,13 @@ Value headProduct(OpBuilder &b, Location loc, Value a, Value bm, bool transB,
 /// shorter than the keys; a float attn_mask is added. Softmax is the
 /// reference's (maximum subtracted): a row masked everywhere is NaN, as in
 /// the ONNX reference. qk_matmul_output is the scaled product (mode 0),
-/// after softcap (1), after the bias (2) or after softmax (3). Both opsets
-/// combine attn_mask and is_causal as the reference does (opset 23's text
-/// allowed only one; its node tests give both). float16/bfloat16 compute in
-/// float32.
+/// after softcap (1), after the bias (2) or after softmax (3), as the spec
+/// says (the reference's mode 0 with a softcap returns the capped product;
+/// no node test has that combination). Masked scores are -inf as in the
+/// reference and the node tests (onnxruntime uses the lowest float). Both
+/// opsets combine attn_mask and is_causal as the reference does (opset 23's
+/// text allowed only one; its node tests give both). float16/bfloat16 compute
+/// in float32.
 LogicalResult importAttention(NodeContext &ctx) {
   if (failed(ctx.checkAttrs({"is_causal", "kv_num_heads", "q_num_heads",
                              "qk_matmul_output_mode", "scale", "softcap",
