@@ -335,6 +335,39 @@ CASES = {
             attrs=dict(kernel_shape=[2, 2], strides=[2, 1], pads=[0, 1, 0, 1]),
         )
     ],
+    # Contractions Q K^T and P V (grouped-query heads broadcast, not
+    # repeated), the scale/softcap/bias elementwise generics and Softmax.
+    "Attention": [
+        c(
+            opset=23,
+            attrs=dict(is_causal=1),
+            Q=[1, 2, 3, 4],
+            K=[1, 2, 5, 4],
+            V=[1, 2, 5, 3],
+            attn_mask=[3, 5],
+            name="4d-float-mask-causal",
+        ),
+        c(
+            opset=23,
+            attrs=dict(q_num_heads=4, kv_num_heads=2, is_causal=1, softcap=1.5),
+            Q=[2, 3, 8],
+            K=[2, 3, 4],
+            V=[2, 3, 6],
+            past_key=[2, 2, 2, 2],
+            past_value=[2, 2, 2, 3],
+            name="3d-gqa-past-softcap-causal",
+        ),
+        c(
+            opset=24,
+            attrs=dict(scale=0.3),
+            Q=[2, 2, 2, 3],
+            K=[2, 1, 4, 3],
+            V=[2, 1, 4, 2],
+            attn_mask=np.array([[True, False, True], [True, True, False]]),
+            nonpad_kv_seqlen=i64([3, 4]),
+            name="4d-mqa-bool-mask-nonpad",
+        ),
+    ],
     "BatchNormalization": [
         # Inference mode: the output depends on the running statistics too.
         c(
@@ -470,6 +503,26 @@ CASES = {
         ),
     ],
     "Upsample": [c(opset=9, X=[1, 2, 2, 3], scales=f32(1, 1, 2, 3))],
+    # Slices of the rotated lanes, elementwise products with the (gathered)
+    # caches, concatenation back into X.
+    "RotaryEmbedding": [
+        c(
+            opset=23,
+            X=[2, 2, 3, 6],
+            cos_cache=[5, 3],
+            sin_cache=[5, 3],
+            position_ids=i64([[0, 4, 2], [1, 1, -1]]),
+            name="4d-position-ids",
+        ),
+        c(
+            opset=23,
+            attrs=dict(num_heads=2, interleaved=1, rotary_embedding_dim=4),
+            X=[2, 3, 12],
+            cos_cache=[2, 3, 2],
+            sin_cache=[2, 3, 2],
+            name="3d-interleaved-partial",
+        ),
+    ],
     "Softmax": [c(input=[3, 4])],
     "Squeeze": [c(data=[3, 1, 4], axes=AXES1)],
     "Transpose": [c(data=[2, 3, 4], attrs=dict(perm=[2, 0, 1]))],

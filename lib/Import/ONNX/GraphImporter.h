@@ -202,6 +202,7 @@ void registerReductionOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerMovementOps(OpRegistry &registry);
 void registerResizeOps(OpRegistry &registry);
+void registerAttentionOps(OpRegistry &registry);
 
 /// Importer state for one graph.
 class GraphImporter {
@@ -266,6 +267,29 @@ mlir::Value castScalar(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
 using ddpc::broadcastsTo;
 using ddpc::normalizeAxis;
 using ddpc::numElements;
+
+/// Checks the indices of input `i` against `bound` (the size of the
+/// indexed axis, `axisDesc`): at import time when constant, else at run
+/// time (buildIndexCheck) unless --no-runtime-checks (Shape.cpp).
+mlir::LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
+                                 const std::string &axisDesc);
+/// The element index an integer index `v` reads along an axis of `dimSize`
+/// elements: negative indices count from the end, clamped to [0, dimSize)
+/// so that nothing reads out of bounds before the run-time report.
+mlir::Value readableIndex(mlir::OpBuilder &b, mlir::Location l, mlir::Value v,
+                          int64_t dimSize);
+
+/// softmax(x) or log_softmax(x) over `axes`, the maximum subtracted first
+/// (Normalization.cpp).
+mlir::Value buildSoftmax(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x,
+                         llvm::ArrayRef<int64_t> axes, bool logSoftmax);
+/// C[batch..., m, n] = sum_k A[batch..., m, k] * B[batch..., k, n], batch
+/// dims broadcast; `transA`/`transB` read A as [.., k, m] / B as [.., n, k]
+/// (MatMul.cpp). `outShape` receives C's shape.
+mlir::Value buildContraction(mlir::OpBuilder &b, mlir::Location loc,
+                             mlir::Value a, mlir::Value bm, bool transA,
+                             bool transB, mlir::Type elem,
+                             llvm::SmallVectorImpl<int64_t> &outShape);
 
 /// `text` with every byte that is not printable UTF-8 (invalid sequences,
 /// control characters) written as \xNN: messages are one line of text.

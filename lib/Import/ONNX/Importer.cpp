@@ -611,6 +611,7 @@ static const OpRegistry &getRegistry() {
     registerShapeOps(r);
     registerMovementOps(r);
     registerResizeOps(r);
+    registerAttentionOps(r);
     return r;
   }();
   return registry;
@@ -640,7 +641,7 @@ static int64_t firstOpsetOf(llvm::StringRef op) {
     return 18;
   if (op == "Gelu")
     return 20;
-  if (op == "RMSNormalization")
+  if (op == "RMSNormalization" || op == "RotaryEmbedding" || op == "Attention")
     return 23;
   const onnx::OpSchema *newest =
       onnx::OpSchemaRegistry::Schema(op.str(), 1 << 20, "");
@@ -1242,7 +1243,8 @@ static void promoteAccumulations(GraphImporter &gi, NodeContext &ctx,
                                                  "NegativeLogLikelihoodLoss",
                                                  "SoftmaxCrossEntropyLoss",
                                                  "Mean",
-                                                 "Sum"};
+                                                 "Sum",
+                                                 "Attention"};
   if (accumulating.contains(node.op_type()))
     for (int i = 0; i < node.input_size(); ++i) {
       int32_t dt = kUndefined;

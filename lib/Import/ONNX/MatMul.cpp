@@ -29,6 +29,8 @@ Value mulAdd(OpBuilder &b, Location l, Value x, Value y, Value acc) {
   return arith::AddIOp::create(b, l, acc, arith::MulIOp::create(b, l, x, y));
 }
 
+} // namespace
+
 /// C[batch..., m, n] = sum_k A[batch..., m, k] * B[batch..., k, n] where A
 /// and B are broadcast over the batch dims. `transA`/`transB` read A as
 /// [k, m] / B as [n, k] (2-D only).
@@ -85,6 +87,8 @@ Value buildContraction(OpBuilder &b, Location loc, Value a, Value bm,
                         return mulAdd(nb, l, args[0], args[1], args[2]);
                       });
 }
+
+namespace {
 
 LogicalResult importMatMul(NodeContext &ctx) {
   TValue a = ctx.input(0), b = ctx.input(1);

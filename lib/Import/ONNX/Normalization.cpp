@@ -43,6 +43,8 @@ Value reduceMax(OpBuilder &b, Location l, Value x, ArrayRef<int64_t> axes) {
                         });
 }
 
+} // namespace
+
 /// softmax(x) or log_softmax(x) over `axes`, with the maximum subtracted
 /// first so that exp cannot overflow.
 Value buildSoftmax(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
@@ -71,6 +73,8 @@ Value buildSoftmax(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> axes,
         return arith::DivFOp::create(nb, l, a[0], a[1]);
       });
 }
+
+namespace {
 
 LogicalResult importSoftmax(NodeContext &ctx, bool logSoftmax) {
   TValue x = ctx.input(0);

@@ -41,6 +41,10 @@ static bool isIndexSlot(const onnx::NodeProto &n, int i) {
   StringRef op = n.op_type();
   if (op == "Where")
     return i == 0;
+  if (op == "RotaryEmbedding")
+    return i == 3;
+  if (op == "Attention")
+    return i == 6;
   // Pad's constant_value (input 2) is configuration, as PyTorch's pad value
   // (a Python float) is.
   return i >= 1 && llvm::is_contained({"Gather",

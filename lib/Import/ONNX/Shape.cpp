@@ -416,6 +416,8 @@ LogicalResult importSlice(NodeContext &ctx) {
   return success();
 }
 
+} // namespace
+
 /// Checks the indices of input `i` against `bound` (the size of the
 /// indexed axis, `axisDesc`): at import time when they are constant (an
 /// invalid-model error naming the node and the index), else at run time
@@ -469,6 +471,8 @@ Value readableIndex(OpBuilder &b, Location l, Value v, int64_t dimSize) {
       b, l, arith::MaxSIOp::create(b, l, idx, zero).getResult(),
       arith::ConstantIndexOp::create(b, l, dimSize - 1).getResult());
 }
+
+namespace {
 
 LogicalResult importGather(NodeContext &ctx) {
   auto dataShape = inputShape(ctx, 0);
