@@ -376,6 +376,16 @@ CASES = {
     "Expand": [c(input=[3, 1], shape=i64([2, 3, 4]))],
     "Flatten": [c(input=[2, 3, 2], attrs=dict(axis=2))],
     "Gather": [c(data=[5, 3], indices=i64([[0, -1], [2, 0]]))],
+    "GatherND": [
+        # A repeated tuple accumulates its cotangents.
+        c(data=[3, 4, 2], indices=i64([[0, 1], [2, -1], [0, 1]]), name="pairs"),
+        c(
+            data=[2, 3, 4],
+            indices=i64([[[1], [1]], [[0], [2]]]),
+            attrs=dict(batch_dims=1),
+            name="batch_dims",
+        ),
+    ],
     "Gelu": [
         c(X=[3, 4], opset=20, name="exact"),
         c(X=[3, 4], opset=20, attrs=dict(approximate="tanh"), name="tanh"),
