@@ -25,7 +25,16 @@ ddpc_py = pytest.importorskip("ddpc", reason="build the Python extension (make b
 TABLE = np.arange(20, dtype=np.float32).reshape(5, 4)
 
 
-def gather_model(axis=0, id_dtype=TensorProto.INT64, ids_shape=(2, 3), const_ids=None):
+def gather_model(
+    axis=0,
+    id_dtype=TensorProto.INT64,
+    ids_shape=(2, 3),
+    const_ids=None,
+    op="Gather",
+    name="embed",
+):
+    """`op` (Gather, or GatherND when axis is None) of TABLE by `ids`."""
+    attrs = {} if axis is None else dict(axis=axis)
     inits = [numpy_helper.from_array(TABLE, "E")]
     inputs = []
     if const_ids is None:
@@ -33,7 +42,7 @@ def gather_model(axis=0, id_dtype=TensorProto.INT64, ids_shape=(2, 3), const_ids
     else:
         inits.append(numpy_helper.from_array(const_ids, "ids"))
     g = helper.make_graph(
-        [helper.make_node("Gather", ["E", "ids"], ["y"], axis=axis, name="embed")],
+        [helper.make_node(op, ["E", "ids"], ["y"], name=name, **attrs)],
         "g",
         inputs,
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -299,9 +308,53 @@ def test_class_index_out_of_range_raises(op, bad):
         prog.run({"x": x, "t": np.array([0, bad, 1], np.int64)})
 
 
+def gathernd_model(const_ids=None):
+    """GatherND of TABLE by index pairs (component 0 into axis 0 of size 5,
+    component 1 into axis 1 of size 4)."""
+    return gather_model(
+        None, ids_shape=(2, 2), const_ids=const_ids, op="GatherND", name="gnd"
+    )
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize(
+    "component,bad,size", [(0, 5, 5), (0, -6, 5), (1, 4, 4), (1, -5, 4)]
+)
+def test_gathernd_index_out_of_range_raises(component, bad, size, target):
+    """Each component of GatherND's index tuples has its own axis and
+    bound: 4 is valid for axis 0 (size 5) but not for axis 1 (size 4)."""
+    m = gathernd_model()
+    ids = np.array([[4, 3], [-5, -4]], np.int64)
+    ids[1, component] = bad
+    with pytest.raises(Exception):
+        ort_run(m, ids)
+    prog = ddpc_py.compile(m, onnx_checker=False, target=target)
+    with pytest.raises(
+        IndexError,
+        match=rf"index {bad} is out of range.*GatherND node 'gnd'.*component "
+        rf"{component} into axis {component} of 'E'.*size {size}, valid indices "
+        rf"are {-size}..{size - 1}",
+    ):
+        prog.run({"ids": ids})
+    good = np.array([[4, 3], [-5, -4]], np.int64)
+    np.testing.assert_array_equal(prog.run({"ids": good})["y"], ort_run(m, good))
+
+
+def test_gathernd_constant_out_of_range_index_is_a_compile_error():
+    with pytest.raises(ddpc_py.CompileError, match="invalid model") as e:
+        ddpc_py.compile(
+            gathernd_model(const_ids=np.array([[4, 3], [1, 4]], np.int64)),
+            onnx_checker=False,
+        )
+    msg = str(e.value)
+    assert "'GatherND' (node 'gnd'" in msg and "index 4 of 'ids'" in msg, msg
+    assert "axis 1 of 'E' (size 4; valid: -4..3)" in msg, msg
+
+
 CHECKED_INDEX_INPUTS = {
     ("Gather", "indices"): test_out_of_range_index_raises,
     ("GatherElements", "indices"): test_gather_elements_index_out_of_range_raises,
+    ("GatherND", "indices"): test_gathernd_index_out_of_range_raises,
     ("NegativeLogLikelihoodLoss", "target"): test_class_index_out_of_range_raises,
     ("SoftmaxCrossEntropyLoss", "labels"): test_class_index_out_of_range_raises,
 }

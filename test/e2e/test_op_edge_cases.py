@@ -406,3 +406,32 @@ def test_lppool_refuses_p_not_positive(p):
     )
     with pytest.raises(ddpc_py.CompileError, match="p must be a finite number > 0"):
         ddpc_py.compile(m, onnx_checker=False)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize(
+    "data_shape,ids_shape,batch_dims",
+    [
+        ((4, 3, 5), (2, 2, 1), 0),
+        ((4, 3, 5), (2, 3), 0),
+        ((2, 3, 4, 5), (2, 2, 2), 1),
+        ((2, 3, 4, 5), (2, 3, 1, 2), 2),
+        ((3, 4), (5, 1), 0),
+    ],
+)
+def test_gathernd_matches_onnxruntime(data_shape, ids_shape, batch_dims, target):
+    """GatherND with whole and partial index tuples, batch dims and
+    negative indices."""
+    rng = np.random.default_rng(len(ids_shape) + batch_dims)
+    m = model(
+        [helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=batch_dims)],
+        [("d", TensorProto.FLOAT, data_shape), ("i", TensorProto.INT64, ids_shape)],
+        [("y", TensorProto.FLOAT)],
+        opset=13,
+    )
+    n = data_shape[batch_dims : batch_dims + ids_shape[-1]]
+    ids = np.stack([rng.integers(-s, s, ids_shape[:-1]) for s in n], -1)
+    feeds = {"d": rng.standard_normal(data_shape).astype(np.float32), "i": ids}
+    ours = ddpc_py.compile(m, onnx_checker=False, target=target).run(feeds)["y"]
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(ours, ref)

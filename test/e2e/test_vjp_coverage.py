@@ -403,10 +403,44 @@ CASES = {
     "Clip": [c(input=[3, 4], min=[], max=[], opset=13)],
     "Concat": [c(inputs=Var([2, 3], [2, 1]), attrs=dict(axis=1))],
     "Conv": [c(X=[1, 2, 5, 4], W=[3, 2, 3, 2], B=[3], attrs=dict(pads=[1, 0, 1, 0]))],
+    "ConvTranspose": [
+        c(
+            X=[1, 4, 3, 2],
+            W=[4, 3, 2, 3],
+            B=[6],
+            attrs=dict(
+                strides=[2, 3],
+                pads=[1, 0, 0, 2],
+                output_padding=[1, 2],
+                dilations=[2, 1],
+                group=2,
+            ),
+            name="2d",
+        ),
+        # Pads beyond the kernel's extent crop the dilated input.
+        c(X=[2, 2, 4], W=[2, 1, 2], attrs=dict(strides=[2], pads=[2, 3]), name="crop"),
+        c(
+            X=[1, 1, 2, 2, 1],
+            W=[1, 2, 2, 1, 2],
+            attrs=dict(strides=[1, 2, 2], auto_pad="SAME_LOWER"),
+            opset=11,
+            name="3d",
+        ),
+    ],
     "Dropout": [c(data=[3, 4], ratio=np.array(0.3))],
     "Expand": [c(input=[3, 1], shape=i64([2, 3, 4]))],
     "Flatten": [c(input=[2, 3, 2], attrs=dict(axis=2))],
     "Gather": [c(data=[5, 3], indices=i64([[0, -1], [2, 0]]))],
+    "GatherND": [
+        # A repeated tuple accumulates its cotangents.
+        c(data=[3, 4, 2], indices=i64([[0, 1], [2, -1], [0, 1]]), name="pairs"),
+        c(
+            data=[2, 3, 4],
+            indices=i64([[[1], [1]], [[0], [2]]]),
+            attrs=dict(batch_dims=1),
+            name="batch_dims",
+        ),
+    ],
     "Gelu": [
         c(X=[3, 4], opset=20, name="exact"),
         c(X=[3, 4], opset=20, attrs=dict(approximate="tanh"), name="tanh"),

@@ -1,7 +1,8 @@
 //===- Conv.cpp - Import of ONNX Conv and pooling ops ---------------------===//
 //
 // Part of ddpc. Conv (N-d, groups, dilations, strides, explicit or auto
-// padding), MaxPool, AveragePool (count_include_pad, ceil_mode), LpPool
+// padding), ConvTranspose (the same, plus output_padding and
+// output_shape), MaxPool, AveragePool (count_include_pad, ceil_mode), LpPool
 // ((sum of |x|^p over the window)^(1/p), pads contributing 0) and the
 // global forms of the three, following the ONNX operator spec
 // (Operators.md, "Conv" and "MaxPool" output-shape formulas).
@@ -17,6 +18,8 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 
@@ -109,61 +112,37 @@ SmallVector<int64_t> fullPadEnd(ArrayRef<int64_t> inSpatial, const Window &w) {
   return end;
 }
 
-LogicalResult importConv(NodeContext &ctx) {
-  if (failed(ctx.checkAttrs({"auto_pad", "dilations", "group", "kernel_shape",
-                             "pads", "strides"})))
-    return failure();
-  TValue x = ctx.input(0), w = ctx.input(1);
-  if (!isFloatDType(x.dtype))
-    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
-  if (x.dtype != w.dtype)
-    return ctx.invalid("X and W have different dtypes");
-  int64_t rank = x.rank();
-  if (rank < 3 || w.rank() != rank)
-    return ctx.invalid("X and W must have the same rank >= 3");
-  int64_t k = rank - 2;
-  int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0];
-  int64_t g = ctx.attrInt("group", 1);
-  if (g <= 0 || c % g != 0 || m % g != 0 || w.shape()[1] != c / g)
-    return ctx.invalid("channels (" + Twine(c) + ", " + Twine(m) +
-                       ") do not match group " + Twine(g) + " and W's shape");
-  SmallVector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-  SmallVector<int64_t> ks = ctx.attrInts("kernel_shape");
-  if (!ks.empty() && ArrayRef<int64_t>(ks) != ArrayRef<int64_t>(kernel))
-    return ctx.invalid("kernel_shape does not match W");
-  SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
-  Window win;
-  if (failed(computeWindow(ctx, inSpatial, kernel, false, win)))
-    return failure();
-
-  OpBuilder &b = ctx.builder();
-  Location loc = ctx.loc();
+/// The contraction both Conv and ConvTranspose end in: `xp` [N, C, P...]
+/// (already padded so that every window lies inside it), `wg` [G, M/G,
+/// C/G, K...]; returns [N, M, out...] with out[i] read at o*s + k*d. One
+/// generic in the form ddpc-conv-to-library-call recognizes (cuDNN or
+/// im2col + GEMM) and whose VJPs are generic contractions again.
+Value buildConvContraction(OpBuilder &b, Location loc, Value xp, Value wg,
+                           int64_t g, ArrayRef<int64_t> strides,
+                           ArrayRef<int64_t> dilations,
+                           ArrayRef<int64_t> outSpatial) {
   MLIRContext *mctx = b.getContext();
-  Type elem = x.elementType();
-  SmallVector<int64_t> low(2, 0), high(2, 0);
-  low.append(win.padBegin);
-  high.append(fullPadEnd(inSpatial, win));
-  Value xp = buildPad(b, loc, x.value, low, high, scalarAttr(elem, 0.0));
   auto xpShape = cast<RankedTensorType>(xp.getType()).getShape();
-  // [N, G, C/G, P...] and [G, M/G, C/G, K...].
+  auto wShape = cast<RankedTensorType>(wg.getType()).getShape();
+  Type elem = cast<RankedTensorType>(xp.getType()).getElementType();
+  int64_t k = outSpatial.size();
+  int64_t n = xpShape[0], c = xpShape[1], mg = wShape[1];
+  // [N, G, C/G, P...].
   SmallVector<int64_t> xg{n, g, c / g};
   xg.append(xpShape.begin() + 2, xpShape.end());
-  SmallVector<int64_t> wg{g, m / g, c / g};
-  wg.append(kernel);
   Value xv = buildReshape(b, loc, xp, xg);
-  Value wv = buildReshape(b, loc, w.value, wg);
   // Dims: n=0, g=1, m=2, o_i=3+i, c=3+k, k_i=4+k+i.
   unsigned numDims = 4 + 2 * k;
   auto d = [&](unsigned i) { return getAffineDimExpr(i, mctx); };
   SmallVector<AffineExpr> xe{d(0), d(1), d(3 + k)}, we{d(1), d(2), d(3 + k)};
   for (int64_t i = 0; i < k; ++i) {
-    xe.push_back(d(3 + i) * win.strides[i] + d(4 + k + i) * win.dilations[i]);
+    xe.push_back(d(3 + i) * strides[i] + d(4 + k + i) * dilations[i]);
     we.push_back(d(4 + k + i));
   }
-  SmallVector<int64_t> outShape{n, g, m / g};
-  outShape.append(win.out);
+  SmallVector<int64_t> outShape{n, g, mg};
+  outShape.append(outSpatial.begin(), outSpatial.end());
   Value r =
-      buildGeneric(b, loc, ValueRange{xv, wv},
+      buildGeneric(b, loc, ValueRange{xv, wg},
                    {AffineMap::get(numDims, 0, xe, mctx),
                     AffineMap::get(numDims, 0, we, mctx)},
                    outShape, elem, 1 + k, scalarAttr(elem, 0.0),
@@ -171,22 +150,267 @@ LogicalResult importConv(NodeContext &ctx) {
                      return arith::AddFOp::create(
                          nb, l, a[2], arith::MulFOp::create(nb, l, a[0], a[1]));
                    });
-  SmallVector<int64_t> finalShape{n, m};
-  finalShape.append(win.out);
-  r = buildReshape(b, loc, r, finalShape);
-  if (ctx.hasInput(2)) {
-    TValue bias = ctx.input(2);
-    if (bias.rank() != 1 || bias.shape()[0] != m)
-      return ctx.invalid("B must have shape [M]");
-    SmallVector<int64_t> bs{m};
-    bs.append(k, 1);
-    Value bv = buildReshape(b, loc, bias.value, bs);
-    r = buildElementwise(b, loc, ValueRange{r, bv}, finalShape, elem,
-                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                           return arith::AddFOp::create(nb, l, a[0], a[1]);
-                         });
+  SmallVector<int64_t> finalShape{n, g * mg};
+  finalShape.append(outSpatial.begin(), outSpatial.end());
+  return buildReshape(b, loc, r, finalShape);
+}
+
+/// Adds the optional bias input 2 ([M]) per output channel of `r` [N, M,
+/// ...]; fails (recorded) on a bias of another shape.
+FailureOr<Value> addChannelBias(NodeContext &ctx, Value r) {
+  if (!ctx.hasInput(2))
+    return r;
+  auto shape = cast<RankedTensorType>(r.getType()).getShape();
+  int64_t m = shape[1];
+  TValue bias = ctx.input(2);
+  if (bias.rank() != 1 || bias.shape()[0] != m)
+    return ctx.invalid("B must have shape [" + Twine(m) + "]");
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  SmallVector<int64_t> bs{m};
+  bs.append(shape.size() - 2, 1);
+  Value bv = buildReshape(b, loc, bias.value, bs);
+  return buildElementwise(b, loc, ValueRange{r, bv}, shape,
+                          cast<RankedTensorType>(r.getType()).getElementType(),
+                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return arith::AddFOp::create(nb, l, a[0], a[1]);
+                          });
+}
+
+/// The attributes, X and W of Conv and ConvTranspose (`transposed`): one
+/// float dtype, the same rank >= 3, and kernel_shape (when given) equal to
+/// W's spatial dims.
+LogicalResult checkConvOperands(NodeContext &ctx, const TValue &x,
+                                const TValue &w, bool transposed) {
+  if (failed(transposed ? ctx.checkAttrs({"auto_pad", "dilations", "group",
+                                          "kernel_shape", "output_padding",
+                                          "output_shape", "pads", "strides"})
+                        : ctx.checkAttrs({"auto_pad", "dilations", "group",
+                                          "kernel_shape", "pads", "strides"})))
+    return failure();
+  if (!isFloatDType(x.dtype))
+    return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
+  if (x.dtype != w.dtype)
+    return ctx.invalid("X and W have different dtypes");
+  if (x.rank() < 3 || w.rank() != x.rank())
+    return ctx.invalid("X and W must have the same rank >= 3");
+  SmallVector<int64_t> ks = ctx.attrInts("kernel_shape");
+  if (!ks.empty() && ArrayRef<int64_t>(ks) != w.shape().drop_front(2))
+    return ctx.invalid("kernel_shape does not match W");
+  return success();
+}
+
+LogicalResult importConv(NodeContext &ctx) {
+  TValue x = ctx.input(0), w = ctx.input(1);
+  if (failed(checkConvOperands(ctx, x, w, /*transposed=*/false)))
+    return failure();
+  int64_t rank = x.rank();
+  int64_t k = rank - 2;
+  int64_t c = x.shape()[1], m = w.shape()[0];
+  int64_t g = ctx.attrInt("group", 1);
+  if (g <= 0 || c % g != 0 || m % g != 0 || w.shape()[1] != c / g)
+    return ctx.invalid("channels (" + Twine(c) + ", " + Twine(m) +
+                       ") do not match group " + Twine(g) + " and W's shape");
+  SmallVector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
+  Window win;
+  if (failed(computeWindow(ctx, inSpatial, kernel, false, win)))
+    return failure();
+
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  SmallVector<int64_t> low(2, 0), high(2, 0);
+  low.append(win.padBegin);
+  high.append(fullPadEnd(inSpatial, win));
+  Value xp = buildPad(b, loc, x.value, low, high, scalarAttr(elem, 0.0));
+  // [G, M/G, C/G, K...].
+  SmallVector<int64_t> wg{g, m / g, c / g};
+  wg.append(kernel);
+  Value wv = buildReshape(b, loc, w.value, wg);
+  Value r = buildConvContraction(b, loc, xp, wv, g, win.strides, win.dilations,
+                                 win.out);
+  auto biased = addChannelBias(ctx, r);
+  if (failed(biased))
+    return failure();
+  ctx.setOutput(0, {*biased, x.dtype});
+  return success();
+}
+
+/// ConvTranspose (opsets 1, 11, 22), the adjoint of Conv: X [N, C, I...],
+/// W [C, M/G, K...], optional B [M]; Y [N, M, O...] with
+/// O = s (I - 1) + output_padding + (K - 1) d + 1 - pad_begin - pad_end.
+///
+/// Lowered as a stride-1 Conv (buildConvContraction) of X dilated by the
+/// stride (s - 1 zeros between elements, a strided tensor.insert_slice into
+/// zeros) and padded by (K - 1) d - pad_begin before and (K - 1) d -
+/// pad_end + output_padding after (cropped where that is negative), with
+/// the kernel flipped and its channel dims swapped. So it reuses Conv's
+/// whole path: cuDNN / im2col + GEMM on CUDA, the library call on the CPU,
+/// and generic VJPs w.r.t. X, W and B (slices, pads and contractions
+/// already have rules). The zeros cost s^k times the multiply-adds of a
+/// scatter formulation, which is the price of one code path.
+LogicalResult importConvTranspose(NodeContext &ctx) {
+  TValue x = ctx.input(0), w = ctx.input(1);
+  if (failed(checkConvOperands(ctx, x, w, /*transposed=*/true)))
+    return failure();
+  int64_t rank = x.rank();
+  int64_t k = rank - 2;
+  int64_t n = x.shape()[0], c = x.shape()[1], mg = w.shape()[1];
+  int64_t g = ctx.attrInt("group", 1);
+  if (g <= 0 || c % g != 0 || w.shape()[0] != c)
+    return ctx.invalid("channels (X " + Twine(c) + ", W " +
+                       shapeString(w.shape()) + ") do not match group " +
+                       Twine(g));
+  SmallVector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  auto orOnes = [&](StringRef name, int64_t dflt,
+                    SmallVector<int64_t> &v) -> LogicalResult {
+    v = ctx.attrInts(name);
+    if (v.empty())
+      v.assign(k, dflt);
+    if ((int64_t)v.size() != k)
+      return ctx.invalid(name + " has " + Twine(v.size()) +
+                         " entries, expected " + Twine(k));
+    return success();
+  };
+  SmallVector<int64_t> strides, dilations, outPad;
+  if (failed(orOnes("strides", 1, strides)) ||
+      failed(orOnes("dilations", 1, dilations)) ||
+      failed(orOnes("output_padding", 0, outPad)))
+    return failure();
+  for (int64_t i = 0; i < k; ++i) {
+    if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0)
+      return ctx.invalid("kernel, strides and dilations must be positive");
+    // Opset 11+: output_padding < stride or dilation (it only selects
+    // computed values); opset 1 asks only for it to be non-negative.
+    if (outPad[i] < 0 ||
+        (ctx.opset >= 11 && outPad[i] >= std::max(strides[i], dilations[i])))
+      return ctx.invalid("output_padding " + shapeString(outPad) +
+                         " must be non-negative and less than the stride or "
+                         "dilation");
   }
-  ctx.setOutput(0, {r, x.dtype});
+  SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
+  // Size before the pads are removed.
+  SmallVector<int64_t> full(k);
+  for (int64_t i = 0; i < k; ++i)
+    full[i] = strides[i] * (inSpatial[i] - 1) + outPad[i] +
+              (kernel[i] - 1) * dilations[i] + 1;
+
+  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
+  if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" &&
+      autoPad != "SAME_LOWER" && autoPad != "VALID")
+    return ctx.unsupported("auto_pad='" + autoPad + "'");
+  SmallVector<int64_t> outShapeAttr = ctx.attrInts("output_shape");
+  if (!outShapeAttr.empty()) {
+    // Opset 1 allowed [N, M, O...]; the spatial part is what counts.
+    if ((int64_t)outShapeAttr.size() == k + 2)
+      outShapeAttr.erase(outShapeAttr.begin(), outShapeAttr.begin() + 2);
+    if ((int64_t)outShapeAttr.size() != k)
+      return ctx.invalid("output_shape " + shapeString(outShapeAttr) +
+                         " must have one entry per spatial dim");
+    for (int64_t o : outShapeAttr)
+      if (o <= 0)
+        return ctx.invalid("output_shape " + shapeString(outShapeAttr) +
+                           " must be positive");
+  }
+  SmallVector<int64_t> padBegin(k, 0), padEnd(k, 0);
+  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+  if (!outShapeAttr.empty() || same) {
+    // Pads from the total padding (spec: "output_shape can also be
+    // explicitly specified ..."); SAME without output_shape asks for
+    // O = I s. Negative totals extend the output with zeros (bias only).
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t out =
+          outShapeAttr.empty() ? inSpatial[i] * strides[i] : outShapeAttr[i];
+      int64_t total = full[i] - out;
+      int64_t half = llvm::divideFloorSigned(total, 2), rest = total - half;
+      // The smaller half goes first for SAME_UPPER (extra padding at the
+      // end). Opset 1 states the split the other way round for an
+      // explicit output_shape: the smaller half first unless SAME_UPPER.
+      bool smallFirst = autoPad == "SAME_UPPER";
+      if (ctx.opset < 11 && !outShapeAttr.empty())
+        smallFirst = !smallFirst;
+      padBegin[i] = smallFirst ? half : rest;
+      padEnd[i] = total - padBegin[i];
+    }
+  } else if (autoPad == "NOTSET") {
+    SmallVector<int64_t> pads = ctx.attrInts("pads");
+    if (!pads.empty()) {
+      if ((int64_t)pads.size() != 2 * k)
+        return ctx.invalid("pads has " + Twine(pads.size()) +
+                           " entries, expected " + Twine(2 * k));
+      for (int64_t i = 0; i < k; ++i) {
+        padBegin[i] = pads[i];
+        padEnd[i] = pads[i + k];
+        if (padBegin[i] < 0 || padEnd[i] < 0)
+          return ctx.invalid("pads " + shapeString(pads) +
+                             " has a negative entry");
+      }
+    }
+  }
+  SmallVector<int64_t> outSpatial(k);
+  for (int64_t i = 0; i < k; ++i) {
+    outSpatial[i] = full[i] - padBegin[i] - padEnd[i];
+    if (outSpatial[i] <= 0)
+      return ctx.invalid("the pads leave an output of size " +
+                         Twine(outSpatial[i]) + " in spatial dim " + Twine(i));
+  }
+
+  OpBuilder &b = ctx.builder();
+  Location loc = ctx.loc();
+  Type elem = x.elementType();
+  // X dilated by the strides and padded: lo/hi may be negative (pads
+  // larger than the kernel's extent crop).
+  SmallVector<int64_t> lo(k), hi(k), bigShape{n, c};
+  SmallVector<int64_t> offs(2, 0), strd(2, 1), cropOffs(2, 0), cropShape{n, c};
+  bool crop = false;
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t ext = (kernel[i] - 1) * dilations[i];
+    lo[i] = ext - padBegin[i];
+    hi[i] = ext - padEnd[i] + outPad[i];
+    int64_t dil = (inSpatial[i] - 1) * strides[i] + 1;
+    bigShape.push_back(dil + std::max<int64_t>(lo[i], 0) +
+                       std::max<int64_t>(hi[i], 0));
+    offs.push_back(std::max<int64_t>(lo[i], 0));
+    strd.push_back(strides[i]);
+    cropOffs.push_back(std::max<int64_t>(-lo[i], 0));
+    cropShape.push_back(dil + lo[i] + hi[i]);
+    crop |= lo[i] < 0 || hi[i] < 0;
+  }
+  MLIRContext *mctx = b.getContext();
+  auto ofr = [&](ArrayRef<int64_t> v) {
+    return getAsIndexOpFoldResult(mctx, v);
+  };
+  Value zero = arith::ConstantOp::create(b, loc, scalarAttr(elem, 0.0));
+  Value empty = tensor::EmptyOp::create(b, loc, bigShape, elem);
+  Value xp = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+  SmallVector<int64_t> one(rank, 1);
+  xp = tensor::InsertSliceOp::create(b, loc, x.value, xp, ofr(offs),
+                                     ofr(x.shape()), ofr(strd));
+  if (crop)
+    xp = tensor::ExtractSliceOp::create(
+        b, loc, RankedTensorType::get(cropShape, elem), xp, ofr(cropOffs),
+        ofr(cropShape), ofr(one));
+  // W [C, M/G, K...] -> [G, C/G, M/G, K...] -> flipped [G, M/G, C/G, K...].
+  SmallVector<int64_t> wsplit{g, c / g, mg};
+  wsplit.append(kernel);
+  Value wv = buildReshape(b, loc, w.value, wsplit);
+  SmallVector<int64_t> wgShape{g, mg, c / g};
+  wgShape.append(kernel);
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, mctx); };
+  SmallVector<AffineExpr> flip{d(0), d(2), d(1)};
+  for (int64_t i = 0; i < k; ++i)
+    flip.push_back(kernel[i] - 1 - d(3 + i));
+  Value wf = buildGeneric(
+      b, loc, wv, {AffineMap::get(rank + 1, 0, flip, mctx)}, wgShape, elem, 0,
+      std::nullopt, [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  SmallVector<int64_t> unit(k, 1);
+  Value r =
+      buildConvContraction(b, loc, xp, wf, g, unit, dilations, outSpatial);
+  auto biased = addChannelBias(ctx, r);
+  if (failed(biased))
+    return failure();
+  ctx.setOutput(0, {*biased, x.dtype});
   return success();
 }
 
@@ -382,6 +606,7 @@ LogicalResult importGlobalPool(NodeContext &ctx, PoolKind kind) {
 
 void registerConvOps(OpRegistry &r) {
   r.add("Conv", importConv);
+  r.add("ConvTranspose", importConvTranspose);
   r.add("MaxPool", [](NodeContext &c) { return importPool(c, PoolKind::Max); });
   r.add("AveragePool",
         [](NodeContext &c) { return importPool(c, PoolKind::Average); });

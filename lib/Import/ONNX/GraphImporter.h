@@ -270,9 +270,13 @@ using ddpc::numElements;
 
 /// Checks the indices of input `i` against `bound` (the size of the
 /// indexed axis, `axisDesc`): at import time when constant, else at run
-/// time (buildIndexCheck) unless --no-runtime-checks (Shape.cpp).
+/// time (buildIndexCheck) unless --no-runtime-checks (Shape.cpp). With
+/// `numComponents` m > 1, only component `component` of the last axis (of
+/// size m) is checked (GatherND's index tuples: one bound per data axis).
 mlir::LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
-                                 const std::string &axisDesc);
+                                 const std::string &axisDesc,
+                                 int64_t component = 0,
+                                 int64_t numComponents = 1);
 /// The element index an integer index `v` reads along an axis of `dimSize`
 /// elements: negative indices count from the end, clamped to [0, dimSize)
 /// so that nothing reads out of bounds before the run-time report.

@@ -1,9 +1,10 @@
 //===- Shape.cpp - Import of ONNX data-movement and shape ops -------------===//
 //
 // Part of ddpc. Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat,
-// Slice, Gather, Expand, Shape, Constant, ConstantOfShape, Identity and
-// Dropout (inference). Shapes are static, so shape-producing ops (Shape,
-// ConstantOfShape, and ops on import-time constants) fold on the host.
+// Slice, Gather, GatherElements, GatherND, Expand, Shape, Constant,
+// ConstantOfShape, Identity and Dropout (inference). Shapes are static, so
+// shape-producing ops (Shape, ConstantOfShape, and ops on import-time
+// constants) fold on the host.
 //
 //===----------------------------------------------------------------------===//
 
@@ -422,8 +423,12 @@ LogicalResult importSlice(NodeContext &ctx) {
 /// indexed axis, `axisDesc`): at import time when they are constant (an
 /// invalid-model error naming the node and the index), else at run time
 /// (buildIndexCheck) unless --no-runtime-checks.
+/// With `numComponents` m > 1, only component `component` of the last axis
+/// (of size m) is checked (GatherND's index tuples: one bound per data
+/// axis).
 LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
-                           const std::string &axisDesc) {
+                           const std::string &axisDesc, int64_t component,
+                           int64_t numComponents) {
   auto c = ctx.constInput(i);
   Type elem = c ? c->getElementType() : ctx.input(i).elementType();
   if (!isa<IntegerType>(elem))
@@ -433,7 +438,10 @@ LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
   if (bound == 0)
     return ctx.invalid(axisDesc + " has size 0: no index into it is valid");
   if (c) {
+    int64_t pos = 0;
     for (const APInt &v : c->getValues<APInt>()) {
+      if (pos++ % numComponents != component)
+        continue;
       int64_t x = v.getSExtValue();
       if (x < -bound || x >= bound)
         return ctx.invalid("index " + Twine(x) + " of '" + ctx.node.input(i) +
@@ -448,10 +456,28 @@ LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
   std::string node = ctx.node.name().empty() ? "" : ctx.node.name();
   if (auto name = dyn_cast<NameLoc>(ctx.loc()))
     node = name.getName().str();
-  buildIndexCheck(ctx.builder(), ctx.loc(), ctx.input(i).value, bound,
+  Value values = ctx.input(i).value;
+  if (numComponents > 1) {
+    // Component j as a tensor of its own (the check reads a dense buffer).
+    auto shape = cast<RankedTensorType>(values.getType()).getShape();
+    int64_t rank = shape.size();
+    MLIRContext *mctx = &ctx.importer.context;
+    SmallVector<AffineExpr> exprs;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      exprs.push_back(getAffineDimExpr(d, mctx));
+    exprs.push_back(getAffineConstantExpr(component, mctx));
+    values = buildGeneric(
+        ctx.builder(), ctx.loc(), values,
+        {AffineMap::get(rank - 1, 0, exprs, mctx)}, shape.drop_back(),
+        cast<RankedTensorType>(values.getType()).getElementType(), 0,
+        std::nullopt, [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+  }
+  std::string which =
+      numComponents > 1 ? " component " + std::to_string(component) : "";
+  buildIndexCheck(ctx.builder(), ctx.loc(), values, bound,
                   printableText(ctx.node.op_type() + " node '" + node +
-                                "' (indices '" + ctx.node.input(i) + "' into " +
-                                axisDesc + ")"));
+                                "' (indices '" + ctx.node.input(i) + "'" +
+                                which + " into " + axisDesc + ")"));
   return success();
 }
 
@@ -583,6 +609,80 @@ LogicalResult importGatherElements(NodeContext &ctx) {
         return tensor::ExtractOp::create(b, l, dataV, coords);
       });
   ctx.setOutput(0, {r, data.dtype});
+  return success();
+}
+
+/// GatherND (opsets 11, 12, 13; batch_dims from 12): data [B..., D...],
+/// indices [B..., Q..., m] -> [B..., Q..., D_{b+m}...]; each index tuple
+/// of m components picks data[b..., idx_0, .., idx_{m-1}, :]. One generic
+/// over the output; the m components are inputs read at a constant last
+/// coordinate, and data is read by tensor.extract, so the VJP is the
+/// scatter-add of capturedTensorVJP (repeated tuples accumulate).
+LogicalResult importGatherND(NodeContext &ctx) {
+  if (failed(ctx.checkAttrs({"batch_dims"})))
+    return failure();
+  TValue data = ctx.input(0), indices = ctx.input(1);
+  int64_t r = data.rank(), q = indices.rank();
+  int64_t bd = ctx.attrInt("batch_dims", 0);
+  if (r < 1 || q < 1)
+    return ctx.invalid("data and indices must have rank >= 1");
+  if (bd < 0 || bd >= std::min(r, q))
+    return ctx.invalid("batch_dims " + Twine(bd) +
+                       " must be in [0, min(rank(data), rank(indices)))");
+  for (int64_t d = 0; d < bd; ++d)
+    if (data.shape()[d] != indices.shape()[d])
+      return ctx.invalid("batch dim " + Twine(d) + " differs: data " +
+                         shapeString(data.shape()) + ", indices " +
+                         shapeString(indices.shape()));
+  int64_t m = indices.shape()[q - 1];
+  if (m < 1 || m > r - bd)
+    return ctx.invalid("indices' last dim " + Twine(m) + " must be in [1, " +
+                       Twine(r - bd) + "]");
+  SmallVector<int64_t> outShape(indices.shape().begin(),
+                                indices.shape().end() - 1);
+  outShape.append(data.shape().begin() + bd + m, data.shape().end());
+  if (numElements(outShape) == 0) {
+    ctx.setOutput(0, {tensor::EmptyOp::create(ctx.builder(), ctx.loc(),
+                                              outShape, data.elementType()),
+                      data.dtype});
+    return success();
+  }
+  for (int64_t j = 0; j < m; ++j)
+    if (failed(checkIndices(ctx, 1, data.shape()[bd + j],
+                            "axis " + std::to_string(bd + j) + " of '" +
+                                ctx.node.input(0) + "'",
+                            j, m)))
+      return failure();
+  if (!isa<IntegerType>(indices.elementType()))
+    return ctx.invalid("indices must be integers");
+  MLIRContext *mctx = &ctx.importer.context;
+  int64_t outRank = outShape.size();
+  // Output dims: [0, q-1) the index tuple's position (batch dims first),
+  // [q-1, outRank) the slice of data.
+  SmallVector<Value> ins(m, indices.value);
+  SmallVector<AffineMap> maps;
+  for (int64_t j = 0; j < m; ++j) {
+    SmallVector<AffineExpr> e;
+    for (int64_t d = 0; d + 1 < q; ++d)
+      e.push_back(getAffineDimExpr(d, mctx));
+    e.push_back(getAffineConstantExpr(j, mctx));
+    maps.push_back(AffineMap::get(outRank, 0, e, mctx));
+  }
+  Value dataV = data.value;
+  auto dataShape = data.shape();
+  Value out = buildGeneric(
+      ctx.builder(), ctx.loc(), ins, maps, outShape, data.elementType(), 0,
+      std::nullopt, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        SmallVector<Value> coords;
+        for (int64_t d = 0; d < bd; ++d)
+          coords.push_back(linalg::IndexOp::create(b, l, d));
+        for (int64_t j = 0; j < m; ++j)
+          coords.push_back(readableIndex(b, l, a[j], dataShape[bd + j]));
+        for (int64_t d = q - 1; d < outRank; ++d)
+          coords.push_back(linalg::IndexOp::create(b, l, d));
+        return tensor::ExtractOp::create(b, l, dataV, coords);
+      });
+  ctx.setOutput(0, {out, data.dtype});
   return success();
 }
 
@@ -896,6 +996,7 @@ void registerShapeOps(OpRegistry &r) {
   r.add("Slice", importSlice);
   r.add("Gather", importGather);
   r.add("GatherElements", importGatherElements);
+  r.add("GatherND", importGatherND);
   r.add("Range", importRange);
   r.add("Expand", importExpand);
   r.add("Shape", importShape);
