@@ -195,6 +195,26 @@ void registerNormalizationOps(OpRegistry &registry);
 void registerReductionOps(OpRegistry &registry);
 void registerShapeOps(OpRegistry &registry);
 void registerMovementOps(OpRegistry &registry);
+void registerIndexingOps(OpRegistry &registry);
+
+/// Checks the indices of input `i` against `bound` (the size of the
+/// indexed axis, `axisDesc`): at import time when they are constant (an
+/// invalid-model error naming the node and the index), else at run time
+/// (buildIndexCheck) unless --no-runtime-checks. With `numComponents` m >
+/// 1, only component `component` of the last axis (of size m) is checked
+/// (GatherND's and ScatterND's index tuples: one bound per data axis).
+mlir::LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
+                                 const std::string &axisDesc,
+                                 int64_t component = 0,
+                                 int64_t numComponents = 1);
+
+/// The element index an integer index `v` reads along an axis of
+/// `dimSize` elements: negative indices count from the end, and the
+/// result is clamped to [0, dimSize), so that an index out of range never
+/// reads outside the tensor; the run-time check (checkIndices) reports it
+/// after the step.
+mlir::Value readableIndex(mlir::OpBuilder &b, mlir::Location l, mlir::Value v,
+                          int64_t dimSize);
 
 /// Importer state for one graph.
 class GraphImporter {

@@ -591,6 +591,7 @@ static const OpRegistry &getRegistry() {
     registerReductionOps(r);
     registerShapeOps(r);
     registerMovementOps(r);
+    registerIndexingOps(r);
     return r;
   }();
   return registry;

@@ -417,16 +417,11 @@ LogicalResult importSlice(NodeContext &ctx) {
   return success();
 }
 
-/// Checks the indices of input `i` against `bound` (the size of the
-/// indexed axis, `axisDesc`): at import time when they are constant (an
-/// invalid-model error naming the node and the index), else at run time
-/// (buildIndexCheck) unless --no-runtime-checks.
-/// With `numComponents` m > 1, only component `component` of the last axis
-/// (of size m) is checked (GatherND's index tuples: one bound per data
-/// axis).
+} // namespace
+
 LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
-                           const std::string &axisDesc, int64_t component = 0,
-                           int64_t numComponents = 1) {
+                           const std::string &axisDesc, int64_t component,
+                           int64_t numComponents) {
   auto c = ctx.constInput(i);
   Type elem = c ? c->getElementType() : ctx.input(i).elementType();
   if (!isa<IntegerType>(elem))
@@ -479,11 +474,6 @@ LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
   return success();
 }
 
-/// The element index an integer index `v` reads along an axis of
-/// `dimSize` elements: negative indices count from the end, and the
-/// result is clamped to [0, dimSize), so that an index out of range never
-/// reads outside the tensor; the run-time check (checkIndices) reports it
-/// after the step.
 Value readableIndex(OpBuilder &b, Location l, Value v, int64_t dimSize) {
   Value idx = arith::IndexCastOp::create(b, l, b.getIndexType(), v);
   Value zero = arith::ConstantIndexOp::create(b, l, 0);
@@ -495,6 +485,8 @@ Value readableIndex(OpBuilder &b, Location l, Value v, int64_t dimSize) {
       b, l, arith::MaxSIOp::create(b, l, idx, zero).getResult(),
       arith::ConstantIndexOp::create(b, l, dimSize - 1).getResult());
 }
+
+namespace {
 
 LogicalResult importGather(NodeContext &ctx) {
   auto dataShape = inputShape(ctx, 0);
