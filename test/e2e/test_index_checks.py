@@ -351,10 +351,87 @@ def test_gathernd_constant_out_of_range_index_is_a_compile_error():
     assert "axis 1 of 'E' (size 4; valid: -4..3)" in msg, msg
 
 
+def scatter_model(op, ids_shape, opset=13):
+    """`op` of a [2, 4] update block into TABLE (5x4), indices a graph input."""
+    upd = np.full((2, 4), -1.0, np.float32)
+    attrs = {} if op == "ScatterND" else dict(axis=0)
+    g = helper.make_graph(
+        [helper.make_node(op, ["E", "ids", "u"], ["y"], name="sc", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, list(ids_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(TABLE, "E"), numpy_helper.from_array(upd, "u")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize(
+    "op,opset", [("ScatterElements", 13), ("Scatter", 10), ("ScatterND", 13)]
+)
+@pytest.mark.parametrize("bad", [5, -6])
+def test_scatter_index_out_of_range_raises(op, opset, bad, target):
+    """Scatter indices into axis 0 (size 5) of the data are checked like
+    Gather's: ScatterElements' per element, ScatterND's per row tuple."""
+    nd = op == "ScatterND"
+    m = scatter_model(op, (2, 1) if nd else (2, 4), opset)
+    good = np.array([[1], [-1]]) if nd else np.array([[1, 0, -1, 4], [2, 3, -5, 0]])
+    ids = good.copy()
+    ids[1, 0] = bad
+    if op != "Scatter":  # onnxruntime has no opset-10 Scatter kernel left
+        with pytest.raises(Exception):
+            ort_run(m, ids)
+    prog = ddpc_py.compile(m, onnx_checker=False, target=target)
+    with pytest.raises(
+        IndexError,
+        match=rf"index {bad} is out of range.*{op} node 'sc'.*axis 0 of 'E'.*"
+        r"size 5, valid indices are -5..4",
+    ):
+        prog.run({"ids": ids})
+    want = TABLE.copy()
+    if nd:
+        want[good[:, 0]] = -1
+    else:
+        np.put_along_axis(want, good % 5, -1.0, axis=0)
+    np.testing.assert_array_equal(prog.run({"ids": good})["y"], want)
+
+
+@pytest.mark.parametrize("opset", [9, 11])
+def test_onehot_index_out_of_range_is_all_off(opset):
+    """OneHot defines indices outside [-depth, depth) (opset 11) or [0,
+    depth) (opset 9) as rows of `off` values: no check, no error."""
+    g = helper.make_graph(
+        [helper.make_node("OneHot", ["ids", "d", "v"], ["y"], name="oh")],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array([3], np.int64), "d"),
+            numpy_helper.from_array(np.array([2.0, 7.0], np.float32), "v"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    ids = np.array([0, 3, -1, -4, 10**12])
+    got = ddpc_py.compile(m, onnx_checker=False).run({"ids": ids})["y"]
+    want = np.full((5, 3), 2.0, np.float32)
+    want[0, 0] = 7.0
+    if opset >= 11:
+        want[2, 2] = 7.0
+    np.testing.assert_array_equal(got, want)
+
+
 CHECKED_INDEX_INPUTS = {
     ("Gather", "indices"): test_out_of_range_index_raises,
     ("GatherElements", "indices"): test_gather_elements_index_out_of_range_raises,
     ("GatherND", "indices"): test_gathernd_index_out_of_range_raises,
+    ("Scatter", "indices"): test_scatter_index_out_of_range_raises,
+    ("ScatterElements", "indices"): test_scatter_index_out_of_range_raises,
+    ("ScatterND", "indices"): test_scatter_index_out_of_range_raises,
+    # Defined behaviour, not an error: the test shows it.
+    ("OneHot", "indices"): test_onehot_index_out_of_range_is_all_off,
     ("NegativeLogLikelihoodLoss", "target"): test_class_index_out_of_range_raises,
     ("SoftmaxCrossEntropyLoss", "labels"): test_class_index_out_of_range_raises,
 }

@@ -480,6 +480,56 @@ CASES = {
             attrs=dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
         )
     ],
+    "OneHot": [
+        c(
+            indices=i64([[1, -1], [0, 7]]),
+            depth=i64([4]),
+            values=[2],
+            attrs=dict(axis=1),
+            opset=11,
+        )
+    ],
+    "ScatterElements": [
+        # Duplicate indices: for none only the last update in row-major
+        # order reaches the output (and gets a gradient); add sums them.
+        c(
+            data=[3, 4],
+            indices=i64([[1, 0, 2], [1, -3, 0]]),
+            updates=[2, 3],
+            attrs=dict(axis=0, reduction=red),
+            opset=18,
+            name=red,
+        )
+        for red in ("none", "add", "mul", "max", "min")
+    ],
+    "Scatter": [
+        c(
+            data=[3, 4],
+            indices=i64([[1, 0], [2, 2]]),
+            updates=[2, 2],
+            attrs=dict(axis=1),
+            opset=10,
+        )
+    ],
+    "ScatterND": [
+        c(
+            data=[4, 3],
+            indices=i64([[[1], [3]], [[1], [-4]]]),
+            updates=[2, 2, 3],
+            attrs=dict(reduction=red),
+            opset=18,
+            name=red,
+        )
+        for red in ("none", "add", "mul", "max", "min")
+    ]
+    + [
+        c(
+            data=[2, 3, 2],
+            indices=i64([[0, 2], [1, 0], [0, 2]]),
+            updates=[3, 2],
+            name="pairs",
+        )
+    ],
     "Pow": [c(X=[3, 4], Y=[4], positive=("X",))],
     "Reshape": [c(data=[2, 6], shape=i64([3, 4]))],
     "Slice": [
@@ -567,6 +617,10 @@ CASES = {
 # Inputs that may be float but get no gradient, and why. Everything else
 # that may carry one has a case above.
 NONDIFF = {
+    "OneHot": {
+        "indices": "positions (cast to integers): the output is piecewise constant in them",
+        "depth": "must be an import-time constant (it sets the output's shape)",
+    },
     "CastLike": {"target_type": "only its dtype is read"},
     "Range": {
         n: "must be an import-time constant (it sets the output's shape)"

@@ -203,6 +203,7 @@ void registerShapeOps(OpRegistry &registry);
 void registerMovementOps(OpRegistry &registry);
 void registerResizeOps(OpRegistry &registry);
 void registerAttentionOps(OpRegistry &registry);
+void registerIndexingOps(OpRegistry &registry);
 
 /// Importer state for one graph.
 class GraphImporter {

@@ -612,6 +612,7 @@ static const OpRegistry &getRegistry() {
     registerMovementOps(r);
     registerResizeOps(r);
     registerAttentionOps(r);
+    registerIndexingOps(r);
     return r;
   }();
   return registry;

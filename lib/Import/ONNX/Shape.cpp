@@ -481,11 +481,6 @@ LogicalResult checkIndices(NodeContext &ctx, int i, int64_t bound,
   return success();
 }
 
-/// The element index an integer index `v` reads along an axis of
-/// `dimSize` elements: negative indices count from the end, and the
-/// result is clamped to [0, dimSize), so that an index out of range never
-/// reads outside the tensor; the run-time check (checkIndices) reports it
-/// after the step.
 Value readableIndex(OpBuilder &b, Location l, Value v, int64_t dimSize) {
   Value idx = arith::IndexCastOp::create(b, l, b.getIndexType(), v);
   Value zero = arith::ConstantIndexOp::create(b, l, 0);
