@@ -69,6 +69,7 @@ private:
   void fillGraphReport();
   int lowerForCUDA();
   int lowerForCPU();
+  int planMemory();
   int emitNative();
   /// Writes `text` to the output: kCompileOk, or kCompileError.
   int writeOutput(StringRef text) {
@@ -93,6 +94,8 @@ private:
   TrainingProgramInfo trainInfo;
   CPUPipelineOptions pipeline;
   CompileReport report;
+  int64_t memoryBudget = 0; // --memory-budget in bytes; 0: unlimited.
+  std::optional<MemoryPlan> memoryPlan;
 };
 
 int Compilation::run(const std::string &modelBytes) {
@@ -103,6 +106,8 @@ int Compilation::run(const std::string &modelBytes) {
     return kCompileError;
   if (int rc = checkPrecision(options, error); rc != kCompileOk)
     return rc;
+  if (!checkMemoryBudget(options, memoryBudget, error))
+    return kCompileError;
   if (cuda) {
     cudaRoot = findCUDAToolkit(options.cudaRoot, error);
     if (cudaRoot.empty())
@@ -350,6 +355,8 @@ int Compilation::lowerForCUDA() {
     report.fillBuckets(*module);
     report.fillCUDA(*module, options.cudaArchs, /*emulated=*/false);
   }
+  if (int rc = planMemory(); rc != kContinue)
+    return rc;
   std::string ptx;
   if (options.verbose)
     llvm::errs() << "ddpc: assembling kernels for "
@@ -389,10 +396,56 @@ int Compilation::lowerForCPU() {
     if (emulate)
       report.fillCUDA(*module, {}, /*emulated=*/true);
   }
+  if (int rc = planMemory(); rc != kContinue)
+    return rc;
   if (!runPhase("lowered", [&](OpPassManager &pm) {
         buildLowerToLLVMPipeline(pm, pipeline);
       }))
     return kCompileError;
+  return kContinue;
+}
+
+/// The memory plan of a training program (after bufferization: the
+/// compiled code's temporaries are allocations with live ranges, or the
+/// arena of ddpc-plan-arena) and the --memory-budget check.
+int Compilation::planMemory() {
+  if (!training)
+    return kContinue;
+  auto numel = [](llvm::ArrayRef<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  };
+  // ONNX dtypes of data and labels: INT64 (7) 8 bytes, FLOAT and INT32 4.
+  auto elementBytes = [](int32_t dtype) { return dtype == 7 ? 8 : 4; };
+  RuntimeFootprint rt;
+  for (const auto &p : trainInfo.params)
+    rt.paramBytes.push_back(4 * numel(p.shape));
+  for (const auto &b : trainInfo.buffers)
+    rt.bufferBytes.push_back(4 * numel(b.shape));
+  rt.optSlots = trainInfo.optSlots;
+  for (const auto &d : trainInfo.data)
+    rt.batchBytes.push_back(elementBytes(d.dtype) * numel(d.shape));
+  rt.batchBytes.push_back(elementBytes(trainInfo.labelDType) *
+                          numel(trainInfo.labelShape));
+  rt.batchSize = std::max<int64_t>(trainInfo.batchSize, 1);
+  if (cuda) { // CudaMemory.cpp's pool; NCCL sums the buckets in place.
+    rt.allocGranule = 256;
+    rt.bucketStaging = false;
+  }
+  memoryPlan = computeMemoryPlan(*module, rt);
+  report.memory = memoryPlan;
+  if (memoryBudget && memoryPlan->peak > memoryBudget) {
+    const MemoryPlan &plan = *memoryPlan;
+    error = "--memory-budget " + formatBytes(memoryBudget) +
+            " is below the predicted peak of " + formatBytes(plan.peak) +
+            " per rank (" + plan.largestCategories(4) + "; peak in " +
+            plan.peakFunction + " at " + plan.peakOp +
+            "): ZeRO sharding and rematerialization are not implemented "
+            "yet, so use a smaller --batch-size or a larger --memory-budget";
+    return kCompileError;
+  }
   return kContinue;
 }
 
@@ -440,6 +493,8 @@ int Compilation::emitNative() {
   } else {
     glue = generateGlue(modelName, ins, outs);
   }
+  if (memoryPlan)
+    glue += generateMemoryPlanGlue(*memoryPlan);
   if (cuda)
     glue += generateCUDAGlue(options);
   if (options.emit == EmitKind::Object) // The glue goes next to the object.

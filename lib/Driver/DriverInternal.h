@@ -12,6 +12,7 @@
 #ifndef DDPC_LIB_DRIVER_DRIVERINTERNAL_H
 #define DDPC_LIB_DRIVER_DRIVERINTERNAL_H
 
+#include "ddpc/Analysis/MemoryPlan.h"
 #include "ddpc/Driver/Driver.h"
 #include "ddpc/Training/TrainingStep.h"
 
@@ -92,6 +93,11 @@ bool checkProgramOptions(const CompileOptions &options, std::string &error);
 /// `error`.
 int checkPrecision(const CompileOptions &options, std::string &error);
 
+/// Parses --memory-budget into `bytes` (0: unlimited). Fails with one line
+/// naming the option and the accepted forms.
+bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
+                       std::string &error);
+
 /// Reads the model file into `bytes` unless `modelBytes` is given, and
 /// sets `import.modelDir` (external data) to the model's folder when unset.
 bool readModel(const CompileOptions &options, const std::string &modelBytes,
@@ -159,6 +165,8 @@ struct CompileReport {
   int64_t fusionGroups = 0;
   std::vector<Bucket> buckets;
   std::optional<CUDAPlan> cuda;
+  /// Training programs: the per-rank memory plan (after bufferization).
+  std::optional<MemoryPlan> memory;
   /// Why the plan is incomplete (--emit=mlir), or empty.
   std::string partial;
 
@@ -198,6 +206,10 @@ bool generateTrainGlue(llvm::StringRef modelName,
                        const std::string &strippedModel,
                        llvm::StringRef blobDir, std::string &glue,
                        std::string &error);
+
+/// The memory plan's glue lines (kGlueMemoryPlanPeak,
+/// kGlueMemoryPlanCollective) of a training program.
+std::string generateMemoryPlanGlue(const MemoryPlan &plan);
 
 /// The glue lines only CUDA programs have (kGlueMathMode).
 std::string generateCUDAGlue(const CompileOptions &options);

@@ -251,6 +251,13 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   return true;
 }
 
+std::string generateMemoryPlanGlue(const MemoryPlan &plan) {
+  return "const int64_t " + kGlueMemoryPlanPeak.str() + " = " +
+         std::to_string(plan.peak) + "LL;\nconst int64_t " +
+         kGlueMemoryPlanCollective.str() + " = " +
+         std::to_string(plan.collectiveBuffers) + "LL;\n";
+}
+
 std::string generateCUDAGlue(const CompileOptions &options) {
   return "const int32_t " + kGlueMathMode.str() + " = " +
          (options.precision == "tf32" ? "1" : "0") + ";\n";

@@ -125,6 +125,27 @@ bool checkProgramOptions(const CompileOptions &options, std::string &error) {
   return true;
 }
 
+bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
+                       std::string &error) {
+  bytes = 0;
+  if (options.memoryBudget.empty())
+    return true;
+  if (!options.train.enabled) {
+    error = "--memory-budget applies to training programs (--train)";
+    return false;
+  }
+  std::optional<int64_t> parsed = parseByteSize(options.memoryBudget);
+  if (!parsed) {
+    error = "invalid --memory-budget '" + options.memoryBudget +
+            "': give a positive size per rank, in bytes or with a unit "
+            "(B, KiB, MiB, GiB, TiB; KB, MB, GB, TB), e.g. 4GiB, 512MiB, "
+            "100KiB or 1000000";
+    return false;
+  }
+  bytes = *parsed;
+  return true;
+}
+
 int checkPrecision(const CompileOptions &options, std::string &error) {
   const std::string &p = options.precision;
   if (p == "fp32" || p == "tf32")

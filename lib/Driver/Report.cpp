@@ -291,6 +291,23 @@ std::string CompileReport::toJSON() const {
                                       {"emulated", cuda->emulated},
                                       {"functions", std::move(functions)}};
   }
+  if (memory) {
+    llvm::json::Array cats, fns, saved;
+    for (const auto &[name, bytes] : memory->categories())
+      cats.push_back(llvm::json::Object{{"category", name}, {"bytes", bytes}});
+    for (const FunctionMemory &f : memory->functions)
+      fns.push_back(llvm::json::Object{{"name", f.function},
+                                       {"peak_bytes", f.peakBytes},
+                                       {"peak_op", f.peakOp},
+                                       {"arena_bytes", f.arenaBytes}});
+    for (const SavedActivation &a : memory->saved)
+      saved.push_back(
+          llvm::json::Object{{"producer", a.producer}, {"bytes", a.bytes}});
+    root["memory_plan"] = llvm::json::Object{
+        {"peak_bytes", memory->peak},  {"peak_function", memory->peakFunction},
+        {"peak_op", memory->peakOp},   {"categories", std::move(cats)},
+        {"functions", std::move(fns)}, {"saved_activations", std::move(saved)}};
+  }
   if (!partial.empty())
     root["partial"] = partial;
   std::string s;

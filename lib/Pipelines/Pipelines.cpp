@@ -120,7 +120,12 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   pm.addPass(createConvertMathToLLVMPass(math));
   pm.addPass(createConvertMathToLibmPass());
   addLLVMTail(pm);
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  // The runtime's allocation functions (HostMemory.cpp), which count the
+  // compiled code's temporaries for the reported high-water mark.
+  FinalizeMemRefToLLVMConversionPassOptions memref;
+  memref.useGenericFunctions = true;
+  memref.useAlignedAlloc = true;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memref));
   addFuncToLLVM(pm);
 }
 

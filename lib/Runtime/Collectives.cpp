@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/Memory.h"
 #include "ddpc/Runtime/TrainABI.h"
 
 #include "ProcessGroup.h"
@@ -175,7 +176,11 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   int64_t total = 0;
   for (auto [data, count] : b.members)
     total += count;
+  size_t capacity = b.staging.capacity();
   b.staging.resize(static_cast<size_t>(total));
+  // Staging memory is kept from call to call: count what it grows by.
+  countAllocation(
+      static_cast<int64_t>((b.staging.capacity() - capacity) * sizeof(float)));
   float *out = b.staging.data();
   for (auto [data, count] : b.members)
     out = std::copy(data, data + count, out);

@@ -27,6 +27,7 @@
 #include "ddpc/Runtime/ProgramOptions.h"
 #include "ddpc/Runtime/Sampler.h"
 #include "ddpc/Runtime/TrainABI.h"
+#include "ddpc/Support/ByteSize.h"
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -48,10 +49,28 @@
 #include <vector>
 
 using namespace ddpc::runtime;
+using ddpc::formatBytes;
+
+/// The memory plan's predicted per-rank peak and its gradient-bucket
+/// staging part (RuntimeSymbols.h kGlueMemoryPlanPeak): weak references, so
+/// that programs linked from an older glue run (then no plan is shown).
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_peak;
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_collective;
 
 namespace {
 
 constexpr int32_t kOnnxFloat = 1;
+
+/// The plan's peak for `world` ranks (the CPU runtime stages gradient
+/// buckets only with more than one); 0 without a plan.
+int64_t plannedPeak(int world) {
+  if (!&ddpc_memory_plan_peak)
+    return 0;
+  int64_t collective =
+      &ddpc_memory_plan_collective ? ddpc_memory_plan_collective : 0;
+  return ddpc_memory_plan_peak - (world > 1 ? 0 : collective);
+}
+
 constexpr int32_t kOnnxInt32 = 6;
 constexpr int32_t kOnnxInt64 = 7;
 
@@ -1504,13 +1523,16 @@ struct TrainRun {
         std::fprintf(
             logFile,
             "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,"
-            "\"samples_per_s\":%s,\"lr\":%s%s%s%s}\n",
+            "\"samples_per_s\":%s,\"lr\":%s%s%s%s,"
+            "\"peak_memory_bytes\":%lld,\"memory_plan_bytes\":%lld}\n",
             static_cast<long long>(pos.globalStep),
             static_cast<long long>(pos.epoch + 1), jsonNumber(stepLoss).c_str(),
             jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0).c_str(),
             jsonNumber(lr).c_str(),
             ",\"grad_norm\":", jsonNumber(gradNorm).c_str(),
-            skipped ? ",\"skipped\":true" : "");
+            skipped ? ",\"skipped\":true" : "",
+            static_cast<long long>(peakAllocatedBytes()),
+            static_cast<long long>(plannedPeak(world)));
         std::fflush(logFile);
       }
       bool show = !opt.quiet && (tty || pos.stepInEpoch % progressEvery == 0) &&
@@ -1622,6 +1644,12 @@ struct TrainRun {
                   static_cast<long long>(pos.epoch + 1),
                   static_cast<long long>(pos.stepInEpoch),
                   static_cast<long long>(stepsPerEp));
+    if (rank == 0 && !opt.quiet) {
+      int64_t plan = plannedPeak(world);
+      std::printf("peak memory %s on rank 0%s\n",
+                  formatBytes(peakAllocatedBytes()).c_str(),
+                  plan ? (" (plan " + formatBytes(plan) + ")").c_str() : "");
+    }
     if (!opt.checkpoint.empty() && lastCkptStep != pos.globalStep)
       writeCheckpointFile();
     if (rank == 0 && !opt.save.empty()) {

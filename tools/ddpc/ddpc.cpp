@@ -10,10 +10,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Analysis/MemoryPlan.h"
 #include "ddpc/Driver/Driver.h"
 #include "ddpc/Runtime/Npy.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -227,6 +229,12 @@ static cl::opt<double> bucketCapMB(
              "once its gradients reach the cap, and starts during backward "
              "as soon as they are final; --report lists the buckets"),
     cl::init(25.0), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string> memoryBudget(
+    "memory-budget",
+    cl::desc("Bytes one rank may hold (4GiB, 512MiB, 100KiB or plain "
+             "bytes; default unlimited). The compile fails when the memory "
+             "plan's predicted peak exceeds it; --report shows the plan"),
+    cl::value_desc("SIZE"), cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
 
@@ -296,6 +304,42 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
   if (const json::Object *p = root->getObject("precision"))
     os << "  precision: " << p->getString("mode").value_or("") << " ("
        << p->getString("meaning").value_or("") << ")\n";
+  if (const json::Object *m = root->getObject("memory_plan")) {
+    int64_t peak = m->getInteger("peak_bytes").value_or(0);
+    os << "  memory plan per rank: peak " << ddpc::formatBytes(peak) << " ("
+       << peak << " bytes) in " << m->getString("peak_function").value_or("")
+       << " at " << m->getString("peak_op").value_or("") << "\n";
+    os << "    category             bytes        share\n";
+    if (const json::Array *cats = m->getArray("categories"))
+      for (const json::Value &v : *cats) {
+        const json::Object *c = v.getAsObject();
+        int64_t b = c->getInteger("bytes").value_or(0);
+        os << llvm::formatv("    {0,-20} {1,12} {2,6:f1}%\n",
+                            c->getString("category").value_or(""), b,
+                            peak ? 100.0 * b / peak : 0.0);
+      }
+    if (const json::Array *fns = m->getArray("functions"))
+      for (const json::Value &v : *fns) {
+        const json::Object *f = v.getAsObject();
+        os << "    temporaries of " << f->getString("name").value_or("") << ": "
+           << f->getInteger("peak_bytes").value_or(0) << " bytes";
+        if (int64_t a = f->getInteger("arena_bytes").value_or(0))
+          os << " (arena " << a << " bytes)";
+        os << "\n";
+      }
+    if (const json::Array *saved = m->getArray("saved_activations")) {
+      constexpr size_t kShown = 5;
+      os << "    activations saved for backward: " << saved->size()
+         << (saved->size() > kShown ? " (largest 5; --report=json lists all)"
+                                    : "")
+         << "\n";
+      for (size_t i = 0; i < std::min(saved->size(), kShown); ++i) {
+        const json::Object *a = (*saved)[i].getAsObject();
+        os << "      " << a->getString("producer").value_or("") << ": "
+           << a->getInteger("bytes").value_or(0) << " bytes\n";
+      }
+    }
+  }
   if (const json::Object *cuda = root->getObject("cuda")) {
     os << "  cuda"
        << (cuda->getBoolean("emulated").value_or(false)
@@ -389,6 +433,7 @@ int main(int argc, char **argv) {
   options.emit = emit;
   options.cudaRoot = cudaPath;
   options.precision = precision;
+  options.memoryBudget = memoryBudget;
   if ((cudaArch.getNumOccurrences() || cudaPath.getNumOccurrences()) &&
       target != "cuda") {
     errs() << "error: --cuda-arch and --cuda-path apply to --target cuda "

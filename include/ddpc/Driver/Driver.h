@@ -50,6 +50,11 @@ struct CompileOptions {
   /// tensor cores, as PyTorch's allow_tf32; no effect on the CPU targets).
   /// "bf16" and "fp16" are refused as not supported yet.
   std::string precision = "fp32";
+  /// `--memory-budget` (training programs): the bytes one rank may hold,
+  /// as "4GiB", "512MiB", "100KiB" or plain bytes (parseByteSize in
+  /// Analysis/MemoryPlan.h); empty: unlimited. A memory plan whose
+  /// predicted peak exceeds it fails the compile (kCompileError).
+  std::string memoryBudget;
   EmitKind emit = EmitKind::Executable;
   ImportOptions import;
   CPUPipelineOptions pipeline;

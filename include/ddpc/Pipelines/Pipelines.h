@@ -47,7 +47,9 @@ void buildBufferizationPipeline(mlir::OpPassManager &pm,
                                 const CPUPipelineOptions &options);
 
 /// memref/linalg to the LLVM dialect with the bare-pointer calling
-/// convention for statically shaped memrefs (stage "lowered").
+/// convention for statically shaped memrefs (stage "lowered"); memref
+/// allocations call the runtime's _mlir_memref_to_llvm_aligned_alloc/free
+/// (HostMemory.cpp), which count them for the reported high-water mark.
 void buildLowerToLLVMPipeline(mlir::OpPassManager &pm,
                               const CPUPipelineOptions &options);
 

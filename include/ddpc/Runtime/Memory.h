@@ -13,6 +13,7 @@
 #ifndef DDPC_RUNTIME_MEMORY_H
 #define DDPC_RUNTIME_MEMORY_H
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -62,6 +63,24 @@ uint64_t copyFromStaging(void *dst, const void *src, size_t bytes);
 /// Blocks until the copy of `token` has read its source, so the staging
 /// memory may be refilled. Immediate on the CPU.
 void waitStagingCopy(uint64_t token);
+
+/// The allocation count every allocator of this header and the compiled
+/// code's (_mlir_memref_to_llvm_*) keeps: bytes held now and the most ever
+/// held, for the high-water mark the training runtime reports at exit
+/// beside the compiler's memory plan (Analysis/MemoryPlan.h). `delta` is
+/// positive for an allocation, negative for a release.
+inline std::atomic<int64_t> gHeldBytes{0};
+inline std::atomic<int64_t> gPeakHeldBytes{0};
+inline void countAllocation(int64_t delta) {
+  int64_t now = gHeldBytes.fetch_add(delta, std::memory_order_relaxed) + delta;
+  int64_t peak = gPeakHeldBytes.load(std::memory_order_relaxed);
+  while (now > peak && !gPeakHeldBytes.compare_exchange_weak(
+                           peak, now, std::memory_order_relaxed))
+    ;
+}
+inline int64_t peakAllocatedBytes() {
+  return gPeakHeldBytes.load(std::memory_order_relaxed);
+}
 
 } // namespace runtime
 } // namespace ddpc

@@ -146,6 +146,15 @@ constexpr llvm::StringLiteral kGlueLabelShape = "ddpc_label_shape";
 constexpr llvm::StringLiteral kGlueIsClassification = "ddpc_is_classification";
 constexpr llvm::StringLiteral kGlueNumClasses = "ddpc_num_classes";
 
+/// Training programs: the memory plan's predicted per-rank peak in bytes,
+/// and the part of it that is gradient-bucket staging memory, which the CPU
+/// runtime allocates only with more than one rank (const int64_t each;
+/// Analysis/MemoryPlan.h). The runtimes read them weakly (absent: 0) and
+/// print them beside the measured high-water mark.
+constexpr llvm::StringLiteral kGlueMemoryPlanPeak = "ddpc_memory_plan_peak";
+constexpr llvm::StringLiteral kGlueMemoryPlanCollective =
+    "ddpc_memory_plan_collective";
+
 /// CUDA programs: the contractions' math (const int32_t): 0 = float32
 /// (--precision fp32), 1 = TF32 tensor-core math allowed (--precision
 /// tf32). The CUDA runtime reads it weakly (absent: 0).

@@ -8,6 +8,8 @@
 //     device work is ordered on the one compute stream;
 //   * Memory.h for the runtime's own buffers (cudaMallocManaged), the
 //     page-locked staging buffers of input batches and their copies;
+//     both count what they hold (countAllocation; cached free blocks of
+//     the pool are not counted);
 //   * ddpc_device_constants (one device copy of the packed constants).
 //
 //===----------------------------------------------------------------------===//
@@ -64,6 +66,28 @@ void preferDevice(void *ptr, size_t bytes, bool prefetch) {
 // Memory.h: the runtime's buffers
 //===----------------------------------------------------------------------===//
 
+/// The sizes of the runtime's live buffers, for countAllocation.
+static std::mutex gSizesMutex;
+static std::unordered_map<void *, size_t> gSizes;
+
+static void *counted(void *ptr, size_t bytes) {
+  if (ptr) {
+    std::lock_guard<std::mutex> lock(gSizesMutex);
+    gSizes[ptr] = bytes;
+    countAllocation(static_cast<int64_t>(bytes));
+  }
+  return ptr;
+}
+
+static void uncount(void *ptr) {
+  std::lock_guard<std::mutex> lock(gSizesMutex);
+  auto it = gSizes.find(ptr);
+  if (it == gSizes.end())
+    return;
+  countAllocation(-static_cast<int64_t>(it->second));
+  gSizes.erase(it);
+}
+
 void *allocateBuffer(size_t bytes) {
   cuda::ensureDevice();
   size_t rounded = (std::max<size_t>(bytes, 1) + kBufferAlignment - 1) /
@@ -76,7 +100,7 @@ void *allocateBuffer(size_t bytes) {
   // device, however small (the per-step scalars the host touches come from
   // allocateHostShared). No prefetch: the host fills most of them first.
   cuda::preferDevice(ptr, rounded, /*prefetch=*/false);
-  return ptr;
+  return counted(ptr, rounded);
 }
 
 void *allocateHostShared(size_t bytes) {
@@ -87,7 +111,7 @@ void *allocateHostShared(size_t bytes) {
   if (cudaMallocHost(&ptr, rounded) != cudaSuccess)
     return nullptr;
   std::memset(ptr, 0, rounded);
-  return ptr;
+  return counted(ptr, rounded);
 }
 
 /// Frees `ptr` with `release` once the compiled work that may still read it
@@ -96,6 +120,7 @@ static void freeAfterQueuedWork(void *ptr, cudaError_t (*release)(void *),
                                 const char *what) {
   if (!ptr)
     return;
+  uncount(ptr);
   cuda::check(cudaStreamSynchronize(cuda::computeStream()),
               "cudaStreamSynchronize");
   cuda::check(release(ptr), what);
@@ -117,12 +142,14 @@ void *allocateStaging(size_t bytes) {
   void *ptr = nullptr;
   if (cudaMallocHost(&ptr, std::max<size_t>(bytes, 1)) != cudaSuccess)
     return nullptr;
-  return ptr;
+  return counted(ptr, std::max<size_t>(bytes, 1));
 }
 
 void freeStaging(void *ptr) {
-  if (ptr)
-    cuda::check(cudaFreeHost(ptr), "cudaFreeHost");
+  if (!ptr)
+    return;
+  uncount(ptr);
+  cuda::check(cudaFreeHost(ptr), "cudaFreeHost");
 }
 
 uint64_t copyFromStaging(void *dst, const void *src, size_t bytes) {
@@ -179,6 +206,7 @@ struct Pool {
       void *ptr = it->second;
       cached.erase(it);
       live.emplace(ptr, size);
+      countAllocation(static_cast<int64_t>(size));
       return ptr;
     }
     ensureDevice();
@@ -196,6 +224,7 @@ struct Pool {
     // Compiled code's arenas and temporaries: device memory in all but name.
     preferDevice(ptr, size, /*prefetch=*/true);
     live.emplace(ptr, size);
+    countAllocation(static_cast<int64_t>(size));
     return ptr;
   }
 
@@ -206,6 +235,9 @@ struct Pool {
     auto it = live.find(ptr);
     if (it == live.end())
       return; // Not ours (a runtime buffer); never freed by compiled code.
+    // Counted as released: the high-water mark is what compiled code held,
+    // not what the cache keeps for reuse.
+    countAllocation(-static_cast<int64_t>(it->second));
     cached.emplace(it->second, ptr);
     live.erase(it);
   }
