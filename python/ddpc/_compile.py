@@ -112,7 +112,11 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             ``precision`` (``"fp32"``; ``"tf32"``: on ``target="cuda"``
             cuBLAS GEMMs and cuDNN convolutions may use TF32 tensor-core
             math, float32 tensors and accumulation; ``"bf16"``/``"fp16"``
-            raise CompileError(unsupported=True)).
+            raise CompileError(unsupported=True)), ``memory_budget``
+            (training: the bytes one rank may hold, an int or ``"4GiB"``,
+            ``"512MiB"``, ``"100KiB"``; a memory plan whose predicted peak
+            exceeds it raises CompileError, whose message gives the peak
+            and its largest categories).
 
     Returns:
         A :class:`Program`.

@@ -46,6 +46,7 @@ _CLI_TO_PYTHON = {
     "--target": "target=",
     "--cuda-arch": "cuda_arch=",
     "--precision": "precision=",
+    "--memory-budget": "memory_budget=",
     "--dump-ir": "dump_ir=",
     "--vjp": "vjp=True",
     "--train": "train=TrainConfig(...)",
@@ -219,6 +220,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
     "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
     "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
+    "memory_budget": None,  # per-rank bytes, e.g. "4GiB", 512 * 2**20 (CLI: --memory-budget)
 }
 
 
@@ -269,6 +271,9 @@ class _Request:
             cuda_arch=o["cuda_arch"] or "",
             runtime_checks=bool(o["runtime_checks"]),
             precision=str(o["precision"]),
+            memory_budget=(
+                "" if o["memory_budget"] is None else str(o["memory_budget"])
+            ),
         )
         if status != mod.COMPILE_OK:
             raise CompileError(error, unsupported=status == mod.COMPILE_UNSUPPORTED)

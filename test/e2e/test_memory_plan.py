@@ -235,3 +235,16 @@ def test_text_report_shows_the_plan(ddpc, tmp_path):
     for cat in ["parameters", "gradients", "saved activations", "temporaries"]:
         assert cat in proc.stderr
     assert "activations saved for backward" in proc.stderr
+
+
+def test_python_memory_budget(tmp_path):
+    """compile(memory_budget=...) is --memory-budget: a budget below the
+    plan's peak raises CompileError with the same line."""
+    ddpc_py = pytest.importorskip("ddpc")
+    mlp_model(tmp_path / "m.onnx")
+    train = ddpc_py.TrainConfig(batch_size=8)
+    ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, memory_budget="1GiB")
+    with pytest.raises(ddpc_py.CompileError, match="predicted peak"):
+        ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, memory_budget=1024)
+    with pytest.raises(ddpc_py.CompileError, match="memory.budget"):
+        ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, memory_budget="1XB")
