@@ -108,6 +108,8 @@ int Compilation::run(const std::string &modelBytes) {
     return rc;
   if (!checkMemoryBudget(options, memoryBudget, error))
     return kCompileError;
+  if (int rc = checkMemoryStrategy(options, error); rc != kCompileOk)
+    return rc;
   if (cuda) {
     cudaRoot = findCUDAToolkit(options.cudaRoot, error);
     if (cudaRoot.empty())

@@ -98,6 +98,10 @@ int checkPrecision(const CompileOptions &options, std::string &error);
 bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
                        std::string &error);
 
+/// Checks --zero-stage and --remat: kCompileOk, kCompileUnsupported (a
+/// planned value) or kCompileError (an unknown one), with one line.
+int checkMemoryStrategy(const CompileOptions &options, std::string &error);
+
 /// Reads the model file into `bytes` unless `modelBytes` is given, and
 /// sets `import.modelDir` (external data) to the model's folder when unset.
 bool readModel(const CompileOptions &options, const std::string &modelBytes,

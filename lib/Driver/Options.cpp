@@ -146,6 +146,30 @@ bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
   return true;
 }
 
+int checkMemoryStrategy(const CompileOptions &options, std::string &error) {
+  const std::string &z = options.zeroStage, &r = options.remat;
+  if (z != "0") {
+    bool planned = z == "1" || z == "2" || z == "3" || z == "auto";
+    error = planned ? "--zero-stage " + z +
+                          " is planned but not implemented yet (ZeRO "
+                          "sharding); only 0 (every rank keeps the whole "
+                          "state)"
+                    : "unknown --zero-stage '" + z +
+                          "' (supported: 0; planned: 1, 2, 3, auto)";
+    return planned ? kCompileUnsupported : kCompileError;
+  }
+  if (r != "off") {
+    bool planned = r == "auto";
+    error = planned
+                ? "--remat auto is planned but not implemented yet "
+                  "(rematerialization); only off (every saved "
+                  "activation is kept)"
+                : "unknown --remat '" + r + "' (supported: off; planned: auto)";
+    return planned ? kCompileUnsupported : kCompileError;
+  }
+  return kCompileOk;
+}
+
 int checkPrecision(const CompileOptions &options, std::string &error) {
   const std::string &p = options.precision;
   if (p == "fp32" || p == "tf32")

@@ -47,6 +47,8 @@ _CLI_TO_PYTHON = {
     "--cuda-arch": "cuda_arch=",
     "--precision": "precision=",
     "--memory-budget": "memory_budget=",
+    "--zero-stage": "zero_stage=",
+    "--remat": "remat=",
     "--dump-ir": "dump_ir=",
     "--vjp": "vjp=True",
     "--train": "train=TrainConfig(...)",
@@ -220,6 +222,8 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
     "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
     "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
+    "zero_stage": 0,  # ZeRO stage: only 0 so far (CLI: --zero-stage)
+    "remat": "off",  # rematerialization: only off so far (CLI: --remat)
     "memory_budget": None,  # per-rank bytes, e.g. "4GiB", 512 * 2**20 (CLI: --memory-budget)
 }
 
@@ -271,6 +275,8 @@ class _Request:
             cuda_arch=o["cuda_arch"] or "",
             runtime_checks=bool(o["runtime_checks"]),
             precision=str(o["precision"]),
+            zero_stage=str(o["zero_stage"]),
+            remat=str(o["remat"]),
             memory_budget=(
                 "" if o["memory_budget"] is None else str(o["memory_budget"])
             ),

@@ -248,3 +248,35 @@ def test_python_memory_budget(tmp_path):
         ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, memory_budget=1024)
     with pytest.raises(ddpc_py.CompileError, match="memory.budget"):
         ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, memory_budget="1XB")
+
+
+@pytest.mark.parametrize(
+    "args,rc,needle",
+    [
+        (["--zero-stage", "0", "--remat", "off"], 0, ""),
+        (["--zero-stage", "2"], 2, "--zero-stage 2 is planned"),
+        (["--zero-stage", "auto"], 2, "--zero-stage auto is planned"),
+        (["--zero-stage", "7"], 1, "unknown --zero-stage '7'"),
+        (["--remat", "auto"], 2, "--remat auto is planned"),
+        (["--remat", "on"], 1, "unknown --remat 'on'"),
+    ],
+)
+def test_zero_stage_and_remat_values(ddpc, tmp_path, args, rc, needle):
+    mlp_model(tmp_path / "m.onnx")
+    proc = compile_plan(
+        ddpc, tmp_path / "m.onnx", tmp_path / "t", 8, *args, check=False
+    )
+    assert proc.returncode == rc, proc.stderr
+    assert needle in proc.stderr
+    if rc:
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_python_zero_stage_and_remat(tmp_path):
+    ddpc_py = pytest.importorskip("ddpc")
+    mlp_model(tmp_path / "m.onnx")
+    train = ddpc_py.TrainConfig(batch_size=8)
+    ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage=0, remat="off")
+    with pytest.raises(ddpc_py.CompileError, match="zero-stage|zero_stage") as e:
+        ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage=3)
+    assert e.value.unsupported

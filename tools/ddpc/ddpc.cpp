@@ -235,6 +235,15 @@ static cl::opt<std::string> memoryBudget(
              "bytes; default unlimited). The compile fails when the memory "
              "plan's predicted peak exceeds it; --report shows the plan"),
     cl::value_desc("SIZE"), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string>
+    zeroStage("zero-stage",
+              cl::desc("ZeRO stage: 0 (every rank keeps the whole state; "
+                       "default). 1, 2, 3 and auto are planned"),
+              cl::init("0"), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string>
+    remat("remat",
+          cl::desc("Rematerialization: off (default). auto is planned"),
+          cl::init("off"), cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
 
@@ -434,6 +443,8 @@ int main(int argc, char **argv) {
   options.cudaRoot = cudaPath;
   options.precision = precision;
   options.memoryBudget = memoryBudget;
+  options.zeroStage = zeroStage;
+  options.remat = remat;
   if ((cudaArch.getNumOccurrences() || cudaPath.getNumOccurrences()) &&
       target != "cuda") {
     errs() << "error: --cuda-arch and --cuda-path apply to --target cuda "

@@ -55,6 +55,10 @@ struct CompileOptions {
   /// Analysis/MemoryPlan.h); empty: unlimited. A memory plan whose
   /// predicted peak exceeds it fails the compile (kCompileError).
   std::string memoryBudget;
+  /// `--zero-stage` and `--remat` (issue 20): only "0" (every rank keeps
+  /// the whole state) and "off" (every saved activation is kept) are
+  /// implemented; 1, 2, 3, auto and remat auto are refused as planned.
+  std::string zeroStage = "0", remat = "off";
   EmitKind emit = EmitKind::Executable;
   ImportOptions import;
   CPUPipelineOptions pipeline;
