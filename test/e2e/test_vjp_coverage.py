@@ -478,7 +478,14 @@ CASES = {
         c(
             X=[1, 2, 5, 5],
             attrs=dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-        )
+        ),
+        # Y's gradient is the same when the Indices output is also computed.
+        c(
+            X=[1, 2, 5, 4],
+            attrs=dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], storage_order=1),
+            hidden=1,
+            name="with-indices",
+        ),
     ],
     "OneHot": [
         c(
@@ -615,8 +622,13 @@ CASES = {
 }
 
 # Inputs that may be float but get no gradient, and why. Everything else
-# that may carry one has a case above.
+# that may carry one has a case above. Integer outputs that carry no
+# cotangent are named here too, with the reason.
 NONDIFF = {
+    "MaxPool": {
+        "Indices": "an int64 output (positions of the maxima): no cotangent flows "
+        "through it, and Y keeps its own gradient (case with-indices)"
+    },
     "OneHot": {
         "indices": "positions (cast to integers): the output is piecewise constant in them",
         "depth": "must be an import-time constant (it sets the output's shape)",
@@ -677,7 +689,8 @@ def test_every_op_input_is_covered():
         formal = {f.name for f in onnx.defs.get_schema(op).inputs}
         for case in CASES.get(op, []):
             assert set(case.inputs) <= formal, (op, set(case.inputs) - formal)
-        assert set(NONDIFF.get(op, {})) <= formal
+        outputs = {f.name for f in onnx.defs.get_schema(op).outputs}
+        assert set(NONDIFF.get(op, {})) <= formal | outputs
 
 
 def build(op, case):

@@ -22,6 +22,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 
@@ -450,6 +451,154 @@ LogicalResult checkLpPoolP(NodeContext &ctx, double p) {
   return success();
 }
 
+/// MaxPool's attributes and X's dtype as each opset defines them: 1
+/// (auto_pad, kernel_shape, pads, strides), 8 (+ storage_order; the
+/// Indices output, which the schema's arity check admits), 10 (+ ceil_mode,
+/// dilations), 12 (+ int8, uint8 X).
+LogicalResult checkMaxPoolAttrs(NodeContext &ctx, const TValue &x) {
+  LogicalResult known =
+      ctx.opset < 8
+          ? ctx.checkAttrs({"auto_pad", "kernel_shape", "pads", "strides"})
+      : ctx.opset < 10 ? ctx.checkAttrs({"auto_pad", "kernel_shape", "pads",
+                                         "storage_order", "strides"})
+                       : ctx.checkAttrs({"auto_pad", "ceil_mode", "dilations",
+                                         "kernel_shape", "pads",
+                                         "storage_order", "strides"});
+  if (failed(known))
+    return failure();
+  if (!isFloatDType(x.dtype) && ctx.opset < 12)
+    return ctx.invalid(Twine("X of dtype ") + dtypeName(x.dtype) +
+                       " (integer MaxPool needs opset 12)");
+  return success();
+}
+
+/// MaxPool's Indices (opset 8+): per output element, the flat index into X
+/// [N, C, D...] of the maximum Y took, the first in the window's row-major
+/// scan order among equal values (onnxruntime's strict `>` scan), padding
+/// never counted. With `storageOrder` (storage_order=1) the spatial part is
+/// column-major over (D...): the first spatial dim varies fastest, N and C
+/// stay row-major (onnxruntime's c * D1...Dk + h + w * H for 2-D). A NaN
+/// maximum (Y propagates NaN) points at the window's first NaN.
+///
+/// Built as a min-reduction over the window of the row-major spatial offset
+/// of elements equal to Y (row-major order is the scan order), then an
+/// elementwise map to the flat index. i64 results: no cotangent flows here,
+/// so Y keeps its own gradient.
+Value buildMaxPoolIndices(OpBuilder &b, Location loc, Value xp, Value y,
+                          ArrayRef<int64_t> inSpatial, const Window &win,
+                          bool storageOrder) {
+  MLIRContext *mctx = b.getContext();
+  auto yShape = cast<RankedTensorType>(y.getType()).getShape();
+  int64_t k = inSpatial.size();
+  Type i64 = b.getI64Type();
+  unsigned numDims = 2 + 2 * k;
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, mctx); };
+  SmallVector<AffineExpr> xe{d(0), d(1)}, ye{d(0), d(1)};
+  for (int64_t i = 0; i < k; ++i) {
+    xe.push_back(d(2 + i) * win.strides[i] + d(2 + k + i) * win.dilations[i]);
+    ye.push_back(d(2 + i));
+  }
+  // A dummy input that brings the kernel dims into the iteration space.
+  Type elem = cast<RankedTensorType>(xp.getType()).getElementType();
+  Value kernelT = tensor::EmptyOp::create(b, loc, win.kernel, elem);
+  SmallVector<AffineExpr> ke;
+  for (int64_t i = 0; i < k; ++i)
+    ke.push_back(d(2 + k + i));
+  int64_t sentinel = std::numeric_limits<int64_t>::max();
+  bool isF = isa<FloatType>(elem);
+  Value offset = buildGeneric(
+      b, loc, ValueRange{xp, y, kernelT},
+      {AffineMap::get(numDims, 0, xe, mctx),
+       AffineMap::get(numDims, 0, ye, mctx),
+       AffineMap::get(numDims, 0, ke, mctx)},
+      yShape, i64, k, IntegerAttr::get(i64, sentinel),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        auto cst = [&](int64_t v) {
+          return arith::ConstantIntOp::create(nb, l, v, 64).getResult();
+        };
+        // Position in X of this window element, and whether it is inside.
+        Value inside = arith::ConstantIntOp::create(nb, l, 1, 1);
+        Value lin = cst(0);
+        for (int64_t i = 0; i < k; ++i) {
+          auto index = [&](unsigned dim) {
+            return arith::IndexCastOp::create(
+                       nb, l, i64, linalg::IndexOp::create(nb, l, dim))
+                .getResult();
+          };
+          Value pos = arith::SubIOp::create(
+              nb, l,
+              arith::AddIOp::create(
+                  nb, l,
+                  arith::MulIOp::create(nb, l, index(2 + i),
+                                        cst(win.strides[i])),
+                  arith::MulIOp::create(nb, l, index(2 + k + i),
+                                        cst(win.dilations[i]))),
+              cst(win.padBegin[i]));
+          Value ok = arith::AndIOp::create(
+              nb, l,
+              arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, pos,
+                                    cst(0)),
+              arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, pos,
+                                    cst(inSpatial[i])));
+          inside = arith::AndIOp::create(nb, l, inside, ok);
+          lin = arith::AddIOp::create(
+              nb, l, arith::MulIOp::create(nb, l, lin, cst(inSpatial[i])), pos);
+        }
+        Value eq;
+        if (isF)
+          eq = arith::OrIOp::create(
+              nb, l,
+              arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, a[0],
+                                    a[1]),
+              arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO, a[0],
+                                    a[0]));
+        else
+          eq = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, a[0],
+                                     a[1]);
+        Value take = arith::AndIOp::create(nb, l, eq, inside);
+        Value cand = arith::SelectOp::create(nb, l, take, lin, cst(sentinel));
+        return arith::MinSIOp::create(nb, l, cand, a[3]);
+      });
+  int64_t spatial = numElements(inSpatial), channels = yShape[1];
+  return buildElementwise(
+      b, loc, offset, yShape, i64,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        auto cst = [&](int64_t v) {
+          return arith::ConstantIntOp::create(nb, l, v, 64).getResult();
+        };
+        auto index = [&](unsigned dim) {
+          return arith::IndexCastOp::create(nb, l, i64,
+                                            linalg::IndexOp::create(nb, l, dim))
+              .getResult();
+        };
+        Value off = a[0];
+        if (storageOrder) {
+          // Row-major digits of the offset, recombined first-dim-fastest.
+          Value rest = off, colMajor = cst(0);
+          int64_t colStride = 1;
+          SmallVector<int64_t> colStrides(k);
+          for (int64_t i = 0; i < k; ++i) {
+            colStrides[i] = colStride;
+            colStride *= inSpatial[i];
+          }
+          for (int64_t i = k - 1; i >= 0; --i) {
+            Value digit =
+                arith::RemSIOp::create(nb, l, rest, cst(inSpatial[i]));
+            rest = arith::DivSIOp::create(nb, l, rest, cst(inSpatial[i]));
+            colMajor = arith::AddIOp::create(
+                nb, l, colMajor,
+                arith::MulIOp::create(nb, l, digit, cst(colStrides[i])));
+          }
+          off = colMajor;
+        }
+        Value plane = arith::AddIOp::create(
+            nb, l, arith::MulIOp::create(nb, l, index(0), cst(channels)),
+            index(1));
+        return arith::AddIOp::create(
+            nb, l, arith::MulIOp::create(nb, l, plane, cst(spatial)), off);
+      });
+}
+
 LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
   bool isMax = kind == PoolKind::Max;
   TValue x = ctx.input(0);
@@ -458,10 +607,8 @@ LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
     return failure();
   if (!isFloatDType(x.dtype) && !(isMax && x.dtype != kBool))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
-  if (ctx.hasOutput(1))
-    return ctx.unsupported("the Indices output of MaxPool");
-  if (ctx.attrFlag("storage_order", false))
-    return ctx.unsupported("storage_order=1");
+  if (isMax && failed(checkMaxPoolAttrs(ctx, x)))
+    return failure();
   int64_t rank = x.rank();
   if (rank < 3)
     return ctx.invalid("input must have rank >= 3");
@@ -550,6 +697,10 @@ LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
                          });
   }
   ctx.setOutput(0, {r, x.dtype});
+  if (isMax && ctx.hasOutput(1))
+    ctx.setOutput(1, {buildMaxPoolIndices(b, loc, xp, r, inSpatial, win,
+                                          ctx.attrFlag("storage_order", false)),
+                      kInt64});
   return success();
 }
 
