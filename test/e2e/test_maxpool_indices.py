@@ -171,3 +171,26 @@ def test_dilations_before_opset_10_are_refused():
     m = maxpool_model((1, 1, 4, 4), dict(kernel_shape=[2, 2], dilations=[2, 2]), 8)
     with pytest.raises(ddpc_py.CompileError, match="dilations"):
         ddpc_py.compile(m, onnx_checker=False)
+
+
+def test_cuda_target_compiles_to_ptx(ddpc, tmp_path):
+    import subprocess
+
+    import onnx
+
+    from ddpc_testing import cuda_root
+
+    if cuda_root() is None:
+        pytest.skip("CUDA toolkit (ptxas) is missing")
+    m = maxpool_model(
+        (1, 2, 5, 5), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], storage_order=1), 12
+    )
+    onnx.save(m, tmp_path / "m.onnx")
+    r = subprocess.run(
+        [ddpc, "compile", str(tmp_path / "m.onnx"), "--no-onnx-checker"]
+        + ["--target", "cuda", "--emit=ptx", "-o", "-"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert ".visible .entry" in r.stdout

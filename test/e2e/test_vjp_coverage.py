@@ -312,6 +312,40 @@ CASES = {
             name="ignore",
         ),
     ],
+    # X's cotangent is a scatter-add at the taps; grid's flows through the
+    # interpolation weights (and the border clamp / reflection), and is 0
+    # for nearest.
+    "GridSample": [
+        c(opset=16, X=[1, 2, 3, 4], grid=[1, 2, 3, 2], name="bilinear-zeros"),
+        c(
+            opset=16,
+            attrs=dict(mode="bicubic", padding_mode="reflection"),
+            X=[2, 1, 4, 3],
+            grid=[2, 2, 2, 2],
+            name="bicubic-reflection",
+        ),
+        c(
+            opset=20,
+            attrs=dict(mode="nearest", padding_mode="border", align_corners=1),
+            X=[1, 2, 3, 4],
+            grid=[1, 3, 2, 2],
+            name="nearest-border",
+        ),
+        c(
+            opset=20,
+            attrs=dict(padding_mode="reflection", align_corners=1),
+            X=[1, 2, 3, 2, 4],
+            grid=[1, 2, 2, 3, 3],
+            name="trilinear-reflection",
+        ),
+        c(
+            opset=22,
+            attrs=dict(mode="cubic", padding_mode="border"),
+            X=[2, 2, 5],
+            grid=[2, 4, 1],
+            name="cubic-1d-border",
+        ),
+    ],
     "Hardmax": [c(input=[3, 4], opset=13)],
     "TopK": [
         c(X=[3, 5], K=i64([3]), hidden=1, name="largest"),

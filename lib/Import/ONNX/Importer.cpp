@@ -613,6 +613,7 @@ static const OpRegistry &getRegistry() {
     registerResizeOps(r);
     registerAttentionOps(r);
     registerIndexingOps(r);
+    registerGridSampleOps(r);
     return r;
   }();
   return registry;
@@ -780,7 +781,11 @@ static LogicalResult checkArity(NodeContext &ctx) {
       dtype = c->second.second;
     if (dtype == kUndefined)
       continue;
-    const std::string &typeStr = param.GetTypeStr();
+    std::string typeStr = param.GetTypeStr();
+    // The 1.12 library binds GridSample's grid to T1, X's parameter; the
+    // spec (since opset 16) gives it its own, T2 (float X, double grid).
+    if (node.op_type() == "GridSample" && i == 1)
+      typeStr = "T2";
     auto [it, fresh] = bound.try_emplace(typeStr, dtype, i);
     if (!fresh && it->second.first != dtype)
       return ctx.invalid("inputs #" + Twine(it->second.second) + " ('" +
