@@ -382,6 +382,19 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  // A single-valued option given twice is an error, not "the last one
+  // wins" (cl::opt allows repeats; cl::list options are ZeroOrMore).
+  for (const auto &entry : compileCmd.OptionsMap) {
+    cl::Option *o = entry.second;
+    if (o->getNumOccurrencesFlag() == cl::Optional &&
+        o->getNumOccurrences() > 1) {
+      errs() << "error: " << (o->ArgStr.size() == 1 ? "-" : "--") << o->ArgStr
+             << " is given " << o->getNumOccurrences()
+             << " times; give it once\n";
+      return 1;
+    }
+  }
+
   ddpc::CompileOptions options;
   options.inputPath = inputFile;
   options.outputPath = outputFile;

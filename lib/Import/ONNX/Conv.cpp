@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
@@ -33,6 +34,13 @@ namespace {
 struct Window {
   SmallVector<int64_t> kernel, strides, dilations, padBegin, padEnd, out;
 };
+
+/// (kernel - 1) * dilation + 1, the extent of a dilated kernel; nullopt
+/// when it overflows int64 (dilations near 2^63).
+std::optional<int64_t> kernelExtent(int64_t kernel, int64_t dilation) {
+  std::optional<int64_t> e = llvm::checkedMul(kernel - 1, dilation);
+  return e ? llvm::checkedAdd<int64_t>(*e, 1) : std::nullopt;
+}
 
 /// Computes output sizes and pads from the attributes. `extraEnd` receives
 /// additional end padding needed by ceil_mode windows.
@@ -62,10 +70,20 @@ LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
   w.out.assign(k, 0);
   for (size_t i = 0; i < k; ++i) {
     int64_t in = inSpatial[i], s = w.strides[i];
-    int64_t ext = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    std::optional<int64_t> extOr = kernelExtent(w.kernel[i], w.dilations[i]);
+    if (!extOr)
+      return ctx.invalid("dilations " + shapeString(w.dilations) +
+                         " overflow int64 in the kernel extent");
+    int64_t ext = *extOr;
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      int64_t out = (in + s - 1) / s;
-      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
+      // ceil(in / s) without in + s - 1 (s may be near 2^63); then
+      // (out - 1) * s <= in, and only adding ext can overflow.
+      int64_t out = in / s + (in % s != 0);
+      std::optional<int64_t> need = llvm::checkedAdd((out - 1) * s, ext);
+      if (!need)
+        return ctx.invalid("dilations " + shapeString(w.dilations) +
+                           " overflow int64 in the padded size");
+      int64_t total = std::max<int64_t>(0, *need - in);
       int64_t small = total / 2, big = total - small;
       w.padBegin[i] = autoPad == "SAME_UPPER" ? small : big;
       w.padEnd[i] = total - w.padBegin[i];
@@ -90,12 +108,20 @@ LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
         return ctx.invalid("pads " + shapeString(pads) +
                            " has a negative entry");
     }
-    int64_t span = in + w.padBegin[i] + w.padEnd[i] - ext;
+    std::optional<int64_t> padded = llvm::checkedAdd(in, w.padBegin[i]);
+    if (padded)
+      padded = llvm::checkedAdd(*padded, w.padEnd[i]);
+    if (!padded)
+      return ctx.invalid("pads " + shapeString(pads) +
+                         " overflow int64 in the padded size");
+    int64_t span = *padded - ext;
     if (span < 0)
       return ctx.invalid("kernel larger than the padded input");
-    int64_t out = ceilMode ? (span + s - 1) / s + 1 : span / s + 1;
+    int64_t out = span / s + (ceilMode && span % s != 0) + 1;
     // A ceil-mode window must start inside the input or the begin padding.
-    if (ceilMode && (out - 1) * s >= in + w.padBegin[i])
+    // (An overflowing start lies past it.)
+    std::optional<int64_t> last = llvm::checkedMul(out - 1, s);
+    if (ceilMode && (!last || *last >= in + w.padBegin[i]))
       --out;
     w.out[i] = out;
   }
@@ -291,11 +317,33 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
                          "dilation");
   }
   SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
-  // Size before the pads are removed.
+  if (llvm::is_contained(inSpatial, 0))
+    return ctx.unsupported("X of shape " + shapeString(x.shape()) +
+                           " has an empty spatial dim");
+  // Size before the pads are removed, checked: strides or dilations near
+  // 2^63 overflow int64 (the attribute is named).
   SmallVector<int64_t> full(k);
-  for (int64_t i = 0; i < k; ++i)
-    full[i] = strides[i] * (inSpatial[i] - 1) + outPad[i] +
-              (kernel[i] - 1) * dilations[i] + 1;
+  for (int64_t i = 0; i < k; ++i) {
+    std::optional<int64_t> ext = kernelExtent(kernel[i], dilations[i]);
+    if (!ext)
+      return ctx.invalid("dilations " + shapeString(dilations) +
+                         " overflow int64 in the output size");
+    std::optional<int64_t> f = llvm::checkedMul(strides[i], inSpatial[i] - 1);
+    if (f)
+      f = llvm::checkedAdd(*f, outPad[i]);
+    if (f)
+      f = llvm::checkedAdd(*f, *ext);
+    if (!f)
+      return ctx.invalid("strides " + shapeString(strides) +
+                         " overflow int64 in the output size");
+    // Bounded so that the pads and sizes below cannot overflow either.
+    if (*f > kMaxTensorElements)
+      return ctx.invalid("strides " + shapeString(strides) + " and dilations " +
+                         shapeString(dilations) + " make spatial dim " +
+                         Twine(i) + " " + Twine(*f) +
+                         " long before the pads, more than 2^40");
+    full[i] = *f;
+  }
 
   std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
   if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" &&
@@ -303,16 +351,32 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
     return ctx.unsupported("auto_pad='" + autoPad + "'");
   SmallVector<int64_t> outShapeAttr = ctx.attrInts("output_shape");
   if (!outShapeAttr.empty()) {
-    // Opset 1 allowed [N, M, O...]; the spatial part is what counts.
-    if ((int64_t)outShapeAttr.size() == k + 2)
-      outShapeAttr.erase(outShapeAttr.begin(), outShapeAttr.begin() + 2);
+    // Spatial sizes only, in every opset (onnxruntime and the reference
+    // refuse [N, M, O...] too).
     if ((int64_t)outShapeAttr.size() != k)
       return ctx.invalid("output_shape " + shapeString(outShapeAttr) +
-                         " must have one entry per spatial dim");
+                         " must have one entry per spatial dim (" + Twine(k) +
+                         "), not include N and C");
+    // Pads from output_shape make it at most the unpadded size `full`
+    // (total padding >= 0), or larger by less than a stride: one the
+    // input could not have come from (by the inverse Conv's size,
+    // (O + total - ext) / s + 1 = I, as onnxruntime checks) is refused.
     for (int64_t o : outShapeAttr)
       if (o <= 0)
         return ctx.invalid("output_shape " + shapeString(outShapeAttr) +
                            " must be positive");
+    for (int64_t i = 0; i < k; ++i)
+      if (outShapeAttr[i] - full[i] >= strides[i])
+        return ctx.invalid(
+            "output_shape " + shapeString(outShapeAttr) +
+            " does not fit X's spatial size " + shapeString(inSpatial) +
+            " (strides " + shapeString(strides) + ", kernel " +
+            shapeString(kernel) + ", dilations " + shapeString(dilations) +
+            ", output_padding " + shapeString(outPad) + "): dim " + Twine(i) +
+            " must be in [1, " +
+            Twine(llvm::checkedAdd(full[i], strides[i] - 1)
+                      .value_or(std::numeric_limits<int64_t>::max())) +
+            "]");
   }
   SmallVector<int64_t> padBegin(k, 0), padEnd(k, 0);
   bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
@@ -321,6 +385,8 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
     // explicitly specified ..."); SAME without output_shape asks for
     // O = I s. Negative totals extend the output with zeros (bias only).
     for (int64_t i = 0; i < k; ++i) {
+      // I s = full - ext - output_padding + s: no overflow (full is
+      // bounded, and I = 1 where s is not).
       int64_t out =
           outShapeAttr.empty() ? inSpatial[i] * strides[i] : outShapeAttr[i];
       int64_t total = full[i] - out;
@@ -351,7 +417,10 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
   }
   SmallVector<int64_t> outSpatial(k);
   for (int64_t i = 0; i < k; ++i) {
-    outSpatial[i] = full[i] - padBegin[i] - padEnd[i];
+    // The pads are < 2^63 and full <= 2^40: only the second subtraction
+    // can overflow.
+    outSpatial[i] = llvm::checkedSub(full[i] - padBegin[i], padEnd[i])
+                        .value_or(std::numeric_limits<int64_t>::min());
     if (outSpatial[i] <= 0)
       return ctx.invalid("the pads leave an output of size " +
                          Twine(outSpatial[i]) + " in spatial dim " + Twine(i));
@@ -386,9 +455,16 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
   Value empty = tensor::EmptyOp::create(b, loc, bigShape, elem);
   Value xp = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
   SmallVector<int64_t> one(rank, 1);
-  xp = tensor::InsertSliceOp::create(b, loc, x.value, xp, ofr(offs),
-                                     ofr(x.shape()), ofr(strd));
-  if (crop)
+  // With N = 0 or C = 0 there is nothing to place (and the slice ops
+  // refuse offset 0 on an empty axis): the zeros are X dilated and padded.
+  // The contraction then sums over no channels, so Y is the bias.
+  bool emptyX = numElements(x.shape()) == 0;
+  if (!emptyX)
+    xp = tensor::InsertSliceOp::create(b, loc, x.value, xp, ofr(offs),
+                                       ofr(x.shape()), ofr(strd));
+  if (crop && emptyX)
+    xp = tensor::EmptyOp::create(b, loc, cropShape, elem);
+  else if (crop)
     xp = tensor::ExtractSliceOp::create(
         b, loc, RankedTensorType::get(cropShape, elem), xp, ofr(cropOffs),
         ofr(cropShape), ofr(one));
