@@ -121,6 +121,22 @@ static cl::opt<bool> printAfterAll("mlir-print-ir-after-all",
                                    cl::desc("Print the IR after every pass "
                                             "to stderr"),
                                    cl::sub(compileCmd), cl::cat(category));
+// Upstream MLIR's timing options (mlir-opt's spellings), kept in the compile
+// subcommand: the report also times the phases outside the pass manager.
+static cl::opt<bool> mlirTiming(
+    "mlir-timing",
+    cl::desc("Print wall and user time of every pass and of the other "
+             "phases (ONNX import, LLVM translation, optimization, object "
+             "emission, glue, link) to stderr"),
+    cl::sub(compileCmd), cl::cat(category));
+static cl::opt<ddpc::TimingDisplay> mlirTimingDisplay(
+    "mlir-timing-display", cl::desc("How --mlir-timing shows its report"),
+    cl::values(clEnumValN(ddpc::TimingDisplay::List, "list",
+                          "one line per timer name, summed, slowest first"),
+               clEnumValN(ddpc::TimingDisplay::Tree, "tree",
+                          "phases with their passes nested (default)")),
+    cl::init(ddpc::TimingDisplay::Tree), cl::sub(compileCmd),
+    cl::cat(category));
 static cl::opt<std::string>
     cpu("cpu",
         cl::desc("CPU to generate code for: native (default), generic, or "
@@ -475,6 +491,13 @@ int main(int argc, char **argv) {
   }
   options.dumpIRDir = dumpIR;
   options.printIRAfterAll = printAfterAll;
+  if (mlirTimingDisplay.getNumOccurrences() && !mlirTiming) {
+    errs() << "error: --mlir-timing-display applies with --mlir-timing "
+              "only\n";
+    return 1;
+  }
+  options.timing =
+      mlirTiming ? mlirTimingDisplay.getValue() : ddpc::TimingDisplay::Off;
   options.pipeline.fuseElementwise = !noFusion;
   options.cpu.cpu = cpu;
   options.cpu.optLevel = optLevel;
