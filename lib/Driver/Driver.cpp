@@ -17,6 +17,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallString.h"
@@ -50,7 +51,16 @@ public:
   Compilation(const CompileOptions &options, std::string &error,
               CompileResult *result)
       : options(options), error(error), result(result),
-        training(options.train.enabled), cuda(options.target == "cuda") {}
+        training(options.train.enabled), cuda(options.target == "cuda") {
+    if (options.timing != TimingDisplay::Off) {
+      timingManager.setEnabled(true);
+      timingManager.setDisplayMode(
+          options.timing == TimingDisplay::List
+              ? DefaultTimingManager::DisplayMode::List
+              : DefaultTimingManager::DisplayMode::Tree);
+    }
+    rootTiming = timingManager.getRootScope();
+  }
 
   int run(const std::string &modelBytes);
   /// CompileResult::reportJSON: the plan as far as the stages got.
@@ -81,6 +91,10 @@ private:
   std::string &error;
   CompileResult *result;
   const bool training, cuda;
+  // --mlir-timing: the manager prints its report when the compilation is
+  // destroyed, after the root scope (declared after it) has stopped.
+  DefaultTimingManager timingManager;
+  TimingScope rootTiming;
 
   std::string bytes; // The model as read.
   ImportOptions importOptions;
@@ -174,6 +188,7 @@ int Compilation::importModel() {
   if (options.verbose)
     llvm::errs() << "ddpc: importing " << options.inputPath << "\n";
   ImportError importError;
+  TimingScope timing = rootTiming.nest("ONNX import");
   if (training) {
     // One initializer in roles that need different storage (a BatchNorm
     // scale merged with a running variance): one copy per role, in the
@@ -260,6 +275,10 @@ bool Compilation::runPhase(StringRef stage,
                         [](Pass *, Operation *) { return true; },
                         /*printModuleScope=*/true,
                         /*printAfterOnlyOnChange=*/false);
+  // After the other instrumentations, so that their time is not counted
+  // as the passes'.
+  TimingScope timing = rootTiming.nest(("stage '" + stage + "'").str());
+  pm.enableTiming(timing);
   build(pm);
   std::string diag;
   llvm::raw_string_ostream diagOS(diag);
@@ -471,7 +490,8 @@ int Compilation::emitNative() {
     irPath = inTmp("model.ll");
   objPath =
       options.emit == EmitKind::Object ? options.outputPath : inTmp("model.o");
-  if (!emitObjectFile(*module, options.cpu, objPath, error, irPath))
+  if (!emitObjectFile(*module, options.cpu, objPath, error, irPath,
+                      &rootTiming))
     return kCompileError;
   if (options.emit == EmitKind::LLVMIR) {
     auto buf = llvm::MemoryBuffer::getFile(irPath);
@@ -481,6 +501,7 @@ int Compilation::emitNative() {
     }
     return writeOutput((*buf)->getBuffer());
   }
+  TimingScope glueTiming = rootTiming.nest("glue");
   std::string glue;
   if (training) {
     // --save writes the trained model in inference form (as an export of
@@ -504,8 +525,11 @@ int Compilation::emitNative() {
                ? kCompileOk
                : kCompileError;
   std::string gluePath = inTmp("glue.c");
-  if (!writeFileAtomic(gluePath, glue, error) ||
-      !linkProgram(options, training, objPath, gluePath, error))
+  if (!writeFileAtomic(gluePath, glue, error))
+    return kCompileError;
+  glueTiming.stop();
+  TimingScope linkTiming = rootTiming.nest("link");
+  if (!linkProgram(options, training, objPath, gluePath, error))
     return kCompileError;
   return kCompileOk;
 }

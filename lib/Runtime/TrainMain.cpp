@@ -19,6 +19,7 @@
 
 #include "ddpc/Runtime/Checkpoint.h"
 #include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/LrSchedule.h"
 #include "ddpc/Runtime/Memory.h"
 #include "ddpc/Runtime/ModelABI.h"
 #include "ddpc/Runtime/Npy.h"
@@ -163,6 +164,11 @@ struct Options {
   bool shuffleGiven = false;
   float lr = 0;
   bool lrGiven = false;
+  /// --lr-schedule and its parameters (LrSchedule.h); baseLr is unset.
+  LrSchedule schedule;
+  bool gammaGiven = false, minGiven = false, startFactorGiven = false;
+  /// --clip-grad-norm MAX; 0: no clipping.
+  double clipGradNorm = 0;
   int64_t checkpointEvery = 0;
   int64_t stopAfter = -1;
   /// What a non-finite loss or gradient norm does (--nan-policy).
@@ -221,6 +227,31 @@ void printUsage(const char *prog) {
       static_cast<long long>(ddpc_batch_size));
 }
 
+/// The parameters of another schedule are refused (torch's schedulers take
+/// no such argument; taking them silently would run another schedule).
+void checkScheduleOptions(const Options &o) {
+  const LrSchedule &s = o.schedule;
+  const std::string kind = lrScheduleName(s.kind);
+  auto only = [&](bool given, const char *flag, const char *kinds) {
+    if (given)
+      fatalError(std::string(flag) + " applies to --lr-schedule " + kinds +
+                 " only (this run: --lr-schedule " + kind + ")");
+  };
+  bool step = s.kind == LrSchedule::Kind::Step;
+  bool cosine = s.kind == LrSchedule::Kind::Cosine;
+  bool linear = s.kind == LrSchedule::Kind::Linear;
+  only(!step && s.stepSize > 0, "--lr-step-size", "step");
+  only(!step && o.gammaGiven, "--lr-gamma", "step");
+  only(!cosine && o.minGiven, "--lr-min", "cosine");
+  only(!cosine && !linear && s.decaySteps > 0, "--lr-decay-steps",
+       "cosine and linear");
+  if (step && s.stepSize < 1)
+    fatalError("--lr-schedule step needs --lr-step-size N (StepLR's "
+               "step_size)");
+  if (o.startFactorGiven && s.warmupSteps == 0)
+    fatalError("--warmup-factor needs --warmup-steps W > 0");
+}
+
 /// Options from the command line (trainProgramOptions), in command-line
 /// order, so that the first error on the line is the one reported.
 Options parseOptions(int argc, char **argv) {
@@ -252,6 +283,33 @@ Options parseOptions(int argc, char **argv) {
       o.lr = static_cast<float>(arg.doubleValue), o.lrGiven = true;
       if (!(std::isfinite(o.lr) && o.lr >= 0))
         fatalError("--lr must be a finite number >= 0, got '" + v + "'");
+    } else if (name == "--lr-schedule")
+      o.schedule.kind = v == "step"     ? LrSchedule::Kind::Step
+                        : v == "cosine" ? LrSchedule::Kind::Cosine
+                        : v == "linear" ? LrSchedule::Kind::Linear
+                                        : LrSchedule::Kind::Constant;
+    else if (name == "--warmup-steps")
+      o.schedule.warmupSteps = arg.intValue;
+    else if (name == "--warmup-factor") {
+      o.schedule.warmupStartFactor = arg.doubleValue, o.startFactorGiven = true;
+      if (!(arg.doubleValue > 0 && arg.doubleValue <= 1))
+        fatalError("--warmup-factor must be in (0, 1], got '" + v + "'");
+    } else if (name == "--lr-step-size")
+      o.schedule.stepSize = arg.intValue;
+    else if (name == "--lr-gamma") {
+      o.schedule.gamma = arg.doubleValue, o.gammaGiven = true;
+      if (!(arg.doubleValue >= 0))
+        fatalError("--lr-gamma must be a number >= 0, got '" + v + "'");
+    } else if (name == "--lr-min") {
+      o.schedule.minLr = arg.doubleValue, o.minGiven = true;
+      if (!(arg.doubleValue >= 0))
+        fatalError("--lr-min must be a number >= 0, got '" + v + "'");
+    } else if (name == "--lr-decay-steps")
+      o.schedule.decaySteps = arg.intValue;
+    else if (name == "--clip-grad-norm") {
+      o.clipGradNorm = arg.doubleValue;
+      if (!(arg.doubleValue > 0))
+        fatalError("--clip-grad-norm must be a number > 0, got '" + v + "'");
     } else if (name == "--save")
       o.save = v;
     else if (name == "--checkpoint-every")
@@ -292,6 +350,7 @@ Options parseOptions(int argc, char **argv) {
     fatalError("--checkpoint-every needs --checkpoint");
   if (o.seedGiven && o.shuffleGiven)
     fatalError("--shuffle-seed and --no-shuffle exclude each other");
+  checkScheduleOptions(o);
   // Output folders must exist before hours of training, not after.
   for (const auto &[flag, path] :
        {std::pair<const char *, const std::string *>{"--save", &o.save},
@@ -804,6 +863,9 @@ std::string showAssignment(double v) {
 std::string showBufferSync(double v) {
   return v < 0 ? "not given" : v > 0 ? "broadcast" : "average";
 }
+std::string showSchedule(double v) {
+  return lrScheduleName(static_cast<LrSchedule::Kind>(static_cast<int>(v)));
+}
 std::string showSteps(double v) {
   return v < 0 ? "unlimited" : std::to_string(int64_t(v));
 }
@@ -930,7 +992,17 @@ struct TrainRun {
   int cp = 0, cb = 0, cg = 0, co = 0;
   Position pos;
   const bool resumed = !opt.resume.empty();
+  // The step's learning rate (--lr-schedule at the step's index) and the
+  // schedule with the run's base rate; the schedule spans totalSteps.
   float lr = 0;
+  LrSchedule schedule;
+  int64_t totalSteps = 0;
+  // The step's --clip-grad-norm factor min(1, MAX / (norm + 1e-6)); 1
+  // without clipping.
+  float clipCoef = 1;
+  // The validation metrics of the epoch that the step in progress ends.
+  double valLoss = NAN, valAcc = NAN;
+  bool valDone = false;
   int64_t stopAt = INT64_MAX;
   bool tty = false;
   std::FILE *logFile = nullptr;
@@ -1012,6 +1084,10 @@ struct TrainRun {
          {"--nan-policy", double(static_cast<int>(opt.nanPolicy)), showPolicy},
          {"--lr", opt.lrGiven ? double(opt.lr) : double(ddpc_default_lr),
           showNumber},
+         {"--lr-schedule", double(static_cast<int>(opt.schedule.kind)),
+          showSchedule},
+         {"--warmup-steps", double(opt.schedule.warmupSteps), showCount},
+         {"--clip-grad-norm", opt.clipGradNorm, showNumber},
          {"--shuffle-seed",
           opt.shuffle ? double(opt.seed & ((1ull << 52) - 1)) : -1.0, showSeed},
          {"--sample-assignment", opt.stridedGiven ? double(opt.strided) : -1.0,
@@ -1155,6 +1231,9 @@ struct TrainRun {
   /// The run's settings, the banner and the --log-json file.
   void startRun() {
     lr = opt.lrGiven ? opt.lr : ddpc_default_lr;
+    schedule = opt.schedule;
+    schedule.baseLr = lr;
+    totalSteps = opt.epochs * stepsPerEp;
     stopAt = opt.stopAfter >= 0 ? opt.stopAfter : INT64_MAX;
     // \r-updated progress only on an interactive terminal of a single process:
     // mpirun hands its ranks a pty even when its own output is a file.
@@ -1168,6 +1247,16 @@ struct TrainRun {
                   static_cast<long long>(B), static_cast<long long>(K),
                   static_cast<long long>(globalBatch * K),
                   static_cast<long long>(stepsPerEp), static_cast<double>(lr));
+      if (schedule.kind != LrSchedule::Kind::Constant ||
+          schedule.warmupSteps > 0 || opt.clipGradNorm > 0) {
+        std::printf("lr schedule %s", lrScheduleName(schedule.kind));
+        if (schedule.warmupSteps > 0)
+          std::printf(" after %lld warm-up steps",
+                      static_cast<long long>(schedule.warmupSteps));
+        if (opt.clipGradNorm > 0)
+          std::printf(", gradients clipped to norm %g", opt.clipGradNorm);
+        std::printf("\n");
+      }
       if (resumed)
         std::printf("resumed from %s at epoch %lld step %lld (global step "
                     "%lld)\n",
@@ -1404,15 +1493,28 @@ struct TrainRun {
     // One allreduce decides for all ranks: loss sum, correct count, a
     // non-finite gradient norm, and which ranks' losses were nan (1) or
     // inf (2), to name them.
-    std::vector<double> stats(3 + world, 0.0);
+    // The last entry is the gradient norm's mean over ranks: the norm of
+    // the same allreduced gradients, so each rank's own value (a float32
+    // summed n times and divided by n is exact in double), and one number
+    // on every rank for clipping.
+    std::vector<double> stats(4 + world, 0.0);
     stats[0] = local[0];
     stats[1] = local[1];
     stats[2] = !std::isfinite(gradNorm) ? 1 : 0;
     stats[3 + rank] = lossNaN ? 1 : lossInf ? 2 : 0;
+    stats[3 + world] = std::isfinite(gradNorm) ? gradNorm : 0;
     allreduceSum(stats.data(), static_cast<int64_t>(stats.size()),
                  "allreduce of the step loss");
     local[0] = stats[0];
     local[1] = stats[1];
+    if (stats[2] == 0)
+      gradNorm = static_cast<float>(stats[3 + world] / world);
+    // torch.nn.utils.clip_grad_norm_: grads *= min(1, MAX / (norm + 1e-6)),
+    // in float32. A non-finite norm is not clipped (--nan-policy decides).
+    clipCoef = 1;
+    if (opt.clipGradNorm > 0 && std::isfinite(gradNorm))
+      clipCoef = std::min(1.0f, static_cast<float>(opt.clipGradNorm) /
+                                    (gradNorm + 1e-6f));
     ++pos.globalStep;
     skipped = false;
     if (!checkFinite && (stats[2] > 0 || !std::isfinite(stats[0])))
@@ -1469,6 +1571,8 @@ struct TrainRun {
   void applyUpdate() {
     ++pos.optimizerSteps;
     *lrArg.f() = lr;
+    // Clipping scales the averaged gradient: one factor more in grad_scale.
+    *scaleArg.f() = gradScale * clipCoef;
     *static_cast<int64_t *>(stepArg.ptr) = pos.optimizerSteps;
     size_t a = 0;
     for (int32_t i = 0; i < P; ++i)
@@ -1517,19 +1621,31 @@ struct TrainRun {
     pos.stepInEpoch += 1;
     epochSamplesHere += stepSamples;
     double stepSecs = secondsSince(stepStart);
+    // The record of an epoch's last step carries its validation metrics.
+    valDone = haveVal && pos.stepInEpoch == stepsPerEp;
+    if (valDone)
+      validate(valLoss, valAcc);
+    std::string extra;
+    if (opt.clipGradNorm > 0)
+      extra += ",\"clip_coef\":" + jsonNumber(clipCoef);
+    if (valDone) {
+      extra += ",\"val_loss\":" + jsonNumber(valLoss);
+      if (ddpc_is_classification)
+        extra += ",\"val_acc\":" + jsonNumber(valAcc);
+    }
 
     if (rank == 0) {
       if (logFile) {
         std::fprintf(
             logFile,
             "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,"
-            "\"samples_per_s\":%s,\"lr\":%s%s%s%s,"
+            "\"samples_per_s\":%s,\"lr\":%s%s%s%s%s,"
             "\"peak_memory_bytes\":%lld,\"memory_plan_bytes\":%lld}\n",
             static_cast<long long>(pos.globalStep),
             static_cast<long long>(pos.epoch + 1), jsonNumber(stepLoss).c_str(),
             jsonNumber(stepSecs > 0 ? stepSamples / stepSecs : 0).c_str(),
             jsonNumber(lr).c_str(),
-            ",\"grad_norm\":", jsonNumber(gradNorm).c_str(),
+            ",\"grad_norm\":", jsonNumber(gradNorm).c_str(), extra.c_str(),
             skipped ? ",\"skipped\":true" : "",
             static_cast<long long>(peakAllocatedBytes()),
             static_cast<long long>(plannedPeak(world)));
@@ -1539,14 +1655,14 @@ struct TrainRun {
                   pos.stepInEpoch != stepsPerEp;
       if (show) {
         std::printf(
-            "%sepoch %lld/%lld  step %lld/%lld  loss %s%s", tty ? "\r" : "",
-            static_cast<long long>(pos.epoch + 1),
+            "%sepoch %lld/%lld  step %lld/%lld  loss %s  lr %.4g%s",
+            tty ? "\r" : "", static_cast<long long>(pos.epoch + 1),
             static_cast<long long>(opt.epochs),
             static_cast<long long>(pos.stepInEpoch),
             static_cast<long long>(stepsPerEp),
             formatLoss(pos.epochSteps ? pos.epochLossSum / pos.epochSteps : NAN)
                 .c_str(),
-            tty ? "" : "\n");
+            static_cast<double>(lr), tty ? "" : "\n");
         std::fflush(stdout);
       }
     }
@@ -1570,12 +1686,10 @@ struct TrainRun {
                         std::max<int64_t>(1, pos.epochSamples));
       line += buf;
     }
-    if (haveVal) {
-      double vLoss, vAcc;
-      validate(vLoss, vAcc);
-      line += "  val-loss " + formatLoss(vLoss);
+    if (valDone) {
+      line += "  val-loss " + formatLoss(valLoss);
       if (ddpc_is_classification) {
-        std::snprintf(buf, sizeof(buf), "  val-acc %.3f", vAcc);
+        std::snprintf(buf, sizeof(buf), "  val-acc %.3f", valAcc);
         line += buf;
       }
     }
@@ -1609,6 +1723,8 @@ struct TrainRun {
     while (pos.epoch < opt.epochs && pos.globalStep < stopAt) {
       stepStart = Clock::now();
       cbAtStart = cb; // buffers to return to if the step is skipped
+      lr =
+          static_cast<float>(scheduledLr(schedule, pos.globalStep, totalSteps));
       runMicroBatches(prefetcher);
       computeGradientNorm();
       if (!decideStep())

@@ -45,7 +45,45 @@ const std::vector<OptionSpec> &trainProgramOptions() {
        "0's, as DDP's broadcast_buffers)",
        0,
        {"average", "broadcast"}},
-      {"--lr", K::Double, "LR", "learning rate (default {lr})"},
+      {"--lr", K::Double, "LR",
+       "learning rate (default {lr}); the base rate of\n"
+       "--lr-schedule"},
+      {"--lr-schedule",
+       K::String,
+       "S",
+       "the rate of optimizer step t (0-based, across\n"
+       "resumes), as torch.optim.lr_scheduler stepped once\n"
+       "per step: constant (default), step (StepLR: LR *\n"
+       "gamma^floor(t / step size)), cosine\n"
+       "(CosineAnnealingLR: from LR to --lr-min over\n"
+       "--lr-decay-steps) or linear (LinearLR: from LR to 0\n"
+       "over --lr-decay-steps)",
+       0,
+       {"constant", "step", "cosine", "linear"}},
+      {"--warmup-steps", K::Int, "W",
+       "first W steps: LinearLR(start_factor=F,\n"
+       "total_iters=W), LR * (F + (1 - F) * t / W), then\n"
+       "the schedule from its start (SequentialLR with\n"
+       "milestones=[W]); default 0",
+       0},
+      {"--warmup-factor", K::Double, "F",
+       "warm-up start factor, 0 < F <= 1 (default\n"
+       "1 / (W + 1): LR / (W + 1), 2 LR / (W + 1), ...)"},
+      {"--lr-step-size", K::Int, "N",
+       "step: decay every N steps after warm-up (required)", 1},
+      {"--lr-gamma", K::Double, "G", "step: decay factor (default 0.1)"},
+      {"--lr-min", K::Double, "LR", "cosine: the final rate (default 0)"},
+      {"--lr-decay-steps", K::Int, "N",
+       "cosine, linear: steps of decay after warm-up\n"
+       "(default: the rest of the run, epochs x steps per\n"
+       "epoch - W, whatever --stop-after-steps says); the\n"
+       "rate then stays at its end value",
+       1},
+      {"--clip-grad-norm", K::Double, "MAX",
+       "scale the averaged gradient (after the allreduce,\n"
+       "so identically on every rank) by min(1, MAX /\n"
+       "(norm + 1e-6)), its global L2 norm over all\n"
+       "parameters, as torch.nn.utils.clip_grad_norm_"},
       {"--save", K::String, "FILE.onnx",
        "write the trained model at the end (rank 0)"},
       {"--checkpoint", K::String, "FILE",

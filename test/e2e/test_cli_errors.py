@@ -1031,3 +1031,31 @@ def test_low_precision_not_yet_exit_2(ddpc, tmp_path, precision):
     assert_clean_failure(
         proc, tmp_path / "prog", 2, f"--precision {precision} is not supported yet"
     )
+
+
+@pytest.mark.parametrize(
+    "args,name",
+    [
+        (["--precision", "fp32", "--precision", "tf32"], "--precision"),
+        (["--target", "cpu", "--target=cpu"], "--target"),
+        (["-O2", "-O3"], "-O"),
+        (["--no-fusion", "--no-fusion"], "--no-fusion"),
+        (["--train", "--lr", "0.1", "--lr", "0.2"], "--lr"),
+    ],
+)
+def test_repeated_single_valued_option_is_an_error(ddpc, tmp_path, args, name):
+    """A single-valued option given twice was accepted, the last one
+    winning; it is an error naming the option (--dim and the other list
+    options stay repeatable)."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        tmp_path / "m.onnx",
+    )
+    proc = compile_model(ddpc, tmp_path / "m.onnx", tmp_path / "prog", *args)
+    assert_clean_failure(proc, tmp_path / "prog", 1, f"{name} is given 2 times")

@@ -435,3 +435,401 @@ def test_gathernd_matches_onnxruntime(data_shape, ids_shape, batch_dims, target)
     ours = ddpc_py.compile(m, onnx_checker=False, target=target).run(feeds)["y"]
     ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_array_equal(ours, ref)
+
+
+def _feeds(inputs, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        n: (
+            rng.standard_normal(s).astype(np.float32)
+            if t == TensorProto.FLOAT
+            else np.zeros(s, np.int64)
+        )
+        for n, t, s in inputs
+    }
+
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+node = helper.make_node
+
+# Zero-size tensors of the newer ops (their slices and insert_slices did
+# not verify on empty axes): (id, node, inputs, initializers, opset,
+# oracle). The oracle is onnxruntime, or the ONNX reference where
+# onnxruntime's kernel refuses the empty input.
+ZERO_SIZE = [
+    (
+        "rope-S0",
+        node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"]),
+        [("x", F, [1, 2, 0, 4]), ("c", F, [8, 2]), ("s", F, [8, 2])],
+        [("p", I64, [1, 0])],
+        23,
+        "ort",
+    ),
+    (
+        "rope-D0",
+        node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"]),
+        [("x", F, [1, 2, 3, 0]), ("c", F, [8, 0]), ("s", F, [8, 0])],
+        [("p", I64, [1, 3])],
+        23,
+        "ort",
+    ),
+    (
+        "rope-3d-S0",
+        node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], num_heads=2),
+        [("x", F, [1, 0, 8]), ("c", F, [8, 2]), ("s", F, [8, 2])],
+        [("p", I64, [1, 0])],
+        23,
+        "ort",
+    ),
+    (
+        "rope-partial-S0",
+        node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], rotary_embedding_dim=2),
+        [("x", F, [1, 2, 0, 4]), ("c", F, [8, 1]), ("s", F, [8, 1])],
+        [("p", I64, [1, 0])],
+        23,
+        "ort",
+    ),
+    (
+        "convtranspose-N0",
+        node("ConvTranspose", ["x", "w"], ["y"]),
+        [("x", F, [0, 2, 5, 5]), ("w", F, [2, 3, 3, 3])],
+        [],
+        22,
+        "ort",
+    ),
+    (
+        "convtranspose-C0-bias",
+        node(
+            "ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1]
+        ),
+        [("x", F, [1, 0, 5, 5]), ("w", F, [0, 3, 3, 3]), ("b", F, [3])],
+        [],
+        22,
+        "ort",
+    ),
+    (
+        "convtranspose-1d-C0",
+        node("ConvTranspose", ["x", "w"], ["y"]),
+        [("x", F, [2, 0, 4]), ("w", F, [0, 2, 3])],
+        [],
+        11,
+        "ort",
+    ),
+    (
+        "attention-S0",
+        node("Attention", ["q", "k", "v"], ["y"]),
+        [("q", F, [1, 2, 0, 4]), ("k", F, [1, 2, 3, 4]), ("v", F, [1, 2, 3, 4])],
+        [],
+        23,
+        "reference",
+    ),
+    (
+        "attention-B0",
+        node("Attention", ["q", "k", "v"], ["y"]),
+        [("q", F, [0, 2, 3, 4]), ("k", F, [0, 2, 3, 4]), ("v", F, [0, 2, 3, 4])],
+        [],
+        23,
+        "reference",
+    ),
+    (
+        # Head size 0: Q K^T = 0, so each row is the mean of V (not NaN).
+        "attention-qk-head0",
+        node("Attention", ["q", "k", "v"], ["y"]),
+        [("q", F, [1, 2, 3, 0]), ("k", F, [1, 2, 3, 0]), ("v", F, [1, 2, 3, 4])],
+        [],
+        23,
+        "reference",
+    ),
+    (
+        "attention-empty-past",
+        node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "pko", "pvo"]),
+        [
+            ("q", F, [1, 2, 3, 4]),
+            ("k", F, [1, 2, 3, 4]),
+            ("v", F, [1, 2, 3, 4]),
+            ("pk", F, [1, 2, 0, 4]),
+            ("pv", F, [1, 2, 0, 4]),
+        ],
+        [],
+        23,
+        "ort",
+    ),
+    (
+        "pad-constant-empty-x",
+        node("Pad", ["x", "p"], ["y"]),
+        [("x", F, [0, 3])],
+        [const("p", [1, 1, 0, 0])],
+        18,
+        "ort",
+    ),
+    (
+        "resize-N0",
+        node("Resize", ["x", "", "s"], ["y"], mode="linear"),
+        [("x", F, [0, 1, 2, 2])],
+        [const("s", [1, 1, 2, 2], np.float32)],
+        18,
+        "ort",
+    ),
+    (
+        "resize-to-empty",
+        node("Resize", ["x", "", "", "z"], ["y"]),
+        [("x", F, [1, 1, 2, 2])],
+        [const("z", [1, 1, 0, 3])],
+        18,
+        "reference",
+    ),
+    (
+        "gathernd-no-indices",
+        node("GatherND", ["d", "i"], ["y"]),
+        [("d", F, [3, 4])],
+        [("i", I64, [0, 1])],
+        13,
+        "ort",
+    ),
+    (
+        "einsum-empty-contraction",
+        node("Einsum", ["a", "b"], ["y"], equation="ij,jk->ik"),
+        [("a", F, [2, 0]), ("b", F, [0, 3])],
+        [],
+        12,
+        "ort",
+    ),
+    (
+        "tile-empty",
+        node("Tile", ["x", "r"], ["y"]),
+        [("x", F, [0, 3])],
+        [const("r", [2, 2])],
+        13,
+        "ort",
+    ),
+    (
+        "split-empty-part",
+        node("Split", ["x", "s"], ["a", "b"], axis=1),
+        [("x", F, [2, 3])],
+        [const("s", [0, 3])],
+        13,
+        "ort",
+    ),
+]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
+@pytest.mark.parametrize(
+    "n,inputs,extra,opset,oracle",
+    [c[1:] for c in ZERO_SIZE],
+    ids=[c[0] for c in ZERO_SIZE],
+)
+def test_zero_size_tensors_of_newer_ops(n, inputs, extra, opset, oracle, target):
+    """Zero-size inputs give the (empty, or bias/zero/mean-filled) output of
+    onnxruntime or the ONNX reference. Index inputs (`extra` value infos)
+    are zeros; initializers (`extra` tensors) are fixed."""
+    infos = inputs + [e for e in extra if isinstance(e, tuple)]
+    inits = [e for e in extra if not isinstance(e, tuple)]
+    outs = [(o, F) for o in n.output]
+    m = model([n], infos, outs, inits, opset)
+    feeds = _feeds(infos)
+    if oracle == "ort":
+        ref = ort.InferenceSession(m.SerializeToString()).run(None, feeds)
+    else:
+        from onnx.reference import ReferenceEvaluator
+
+        ref = ReferenceEvaluator(m).run(None, feeds)
+    ours = ddpc_py.compile(m, onnx_checker=False, target=target).run(feeds)
+    for (o, _), r in zip(outs, ref):
+        assert ours[o].shape == r.shape, o
+        np.testing.assert_allclose(ours[o], r, rtol=1e-5, atol=1e-6, err_msg=o)
+
+
+def _first_opsets():
+    import onnx.defs
+
+    first = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        if s.domain == "":
+            first[s.name] = min(first.get(s.name, 1 << 30), s.since_version)
+    return first
+
+
+def test_every_op_is_refused_before_its_first_opset():
+    """An op used at an opset before it was added (ONNX 1.22's operator
+    history: since_version of its oldest schema) is not part of the
+    model's opset: an invalid model naming the op and both opsets. CumProd
+    (opset 26) was accepted at opset 25."""
+    first = _first_opsets()
+    checked = []
+    for op in ddpc_py.supported_ops():
+        assert op in first, f"{op} is not an ONNX op"
+        if first[op] == 1:
+            continue
+        opset = first[op] - 1
+        m = model(
+            [node(op, ["x"], ["y"], name="n")],
+            [("x", F, [2, 3])],
+            [("y", F)],
+            opset=opset,
+        )
+        with pytest.raises(ddpc_py.CompileError) as e:
+            ddpc_py.compile(m, onnx_checker=False)
+        msg = str(e.value)
+        want = f"{op} is not part of opset {opset} (it was added in opset {first[op]})"
+        assert want in msg and "node 'n'" in msg, (op, msg)
+        assert not e.value.unsupported, (op, msg)
+        checked.append(op)
+    assert "CumProd" in checked and "Attention" in checked, checked
+
+
+def _convt(opset=22, x=(1, 1, 5, 5), w=(1, 1, 3, 3), **attrs):
+    return model(
+        [node("ConvTranspose", ["x", "w"], ["y"], name="ct", **attrs)],
+        [("x", F, list(x)), ("w", F, list(w))],
+        [("y", F)],
+        opset=opset,
+    )
+
+
+@pytest.mark.parametrize("opset", [11, 22])
+@pytest.mark.parametrize("out", [[2, 2], [6, 9], [11, 11], [12, 12]])
+def test_convtranspose_output_shape_matches_onnxruntime(out, opset):
+    """output_shape from 5x5 with stride 2 and a 3x3 kernel: smaller than
+    the unpadded 11 (pads, cropping past the kernel's extent), equal, and
+    one more (an extra row and column of zeros, as onnxruntime). Opset 1
+    splits the padding the other way round (its spec), unlike
+    onnxruntime, so it is left out."""
+    m = _convt(opset, strides=[2, 2], output_shape=out)
+    feeds = _feeds([("x", F, [1, 1, 5, 5]), ("w", F, [1, 1, 3, 3])])
+    ours, ref = both(m, feeds)
+    np.testing.assert_allclose(ours["y"], ref[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attrs,text",
+    [
+        (
+            dict(strides=[2, 2], output_shape=[100, 100]),
+            "output_shape [100,100] does not fit X's spatial size [5,5] "
+            "(strides [2,2], kernel [3,3], dilations [1,1], output_padding "
+            "[0,0]): dim 0 must be in [1, 12]",
+        ),
+        (
+            dict(strides=[2, 2], output_shape=[13, 12]),
+            "dim 0 must be in [1, 12]",
+        ),
+        (
+            dict(strides=[2, 2], output_shape=[1, 1, 10, 10]),
+            "output_shape [1,1,10,10] must have one entry per spatial dim (2)",
+        ),
+        (
+            dict(dilations=[2**62, 1]),
+            "dilations [4611686018427387904,1] overflow int64",
+        ),
+        (dict(strides=[2**62, 1]), "strides [4611686018427387904,1] overflow int64"),
+        (dict(strides=[2**38, 1]), "more than 2^40"),
+    ],
+    ids=[
+        "too-large",
+        "one-stride-too-large",
+        "full-rank",
+        "dilations",
+        "strides",
+        "huge",
+    ],
+)
+@pytest.mark.parametrize("opset", [1, 22])
+def test_convtranspose_bad_geometry_is_refused(ddpc, tmp_path, attrs, text, opset):
+    """An output_shape the input cannot produce (onnxruntime: "inconsistent
+    with input spatial dimensions"), one with N and C, and strides or
+    dilations whose sizes overflow int64: exit 1, one line naming the
+    node."""
+    import subprocess
+
+    onnx_path = tmp_path / "m.onnx"
+    onnx_path.write_bytes(_convt(opset, **attrs).SerializeToString())
+    proc = subprocess.run(
+        [
+            ddpc,
+            "compile",
+            str(onnx_path),
+            "--no-onnx-checker",
+            "--emit=mlir",
+            "-o",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "op 'ConvTranspose' (node 'ct'" in lines[0], lines
+    assert f"opset {opset})" in lines[0] and text in lines[0], lines[0]
+
+
+OVERFLOW = [
+    ("Conv", dict(dilations=[2**62, 1]), "dilations [4611686018427387904,1] overflow"),
+    (
+        "Conv",
+        dict(pads=[2**62, 0, 2**62, 0]),
+        "pads [4611686018427387904,0,4611686018427387904,0] overflow",
+    ),
+    (
+        "MaxPool",
+        dict(kernel_shape=[3, 3], dilations=[2**62, 1]),
+        "dilations [4611686018427387904,1] overflow",
+    ),
+    (
+        "AveragePool",
+        dict(kernel_shape=[3, 3], pads=[2**62, 0, 2**62, 0]),
+        "pads [4611686018427387904,0,4611686018427387904,0] overflow",
+    ),
+    (
+        "MaxPool",
+        dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", dilations=[2**62, 1]),
+        "dilations [4611686018427387904,1] overflow",
+    ),
+]
+
+
+@pytest.mark.parametrize("op,attrs,text", OVERFLOW)
+def test_window_sizes_that_overflow_are_refused(op, attrs, text):
+    """Kernel extents and padded sizes are computed with checked int64
+    arithmetic: an overflow names the attribute (it wrapped around)."""
+    ins = [("x", F, [1, 1, 5, 5])] + ([("w", F, [1, 1, 3, 3])] if op == "Conv" else [])
+    m = model([node(op, [n for n, _, _ in ins], ["y"], **attrs)], ins, [("y", F)])
+    with pytest.raises(ddpc_py.CompileError, match="invalid model") as e:
+        ddpc_py.compile(m, onnx_checker=False)
+    assert text in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(
+    "pads", [[2**62, 0, 2**62, 0], [2**62, 0, 2**62 - 1, 0], [-(2**63), 0, 0, 0]]
+)
+def test_pad_sizes_that_overflow_are_refused(pads):
+    m = model(
+        [node("Pad", ["x", "p"], ["y"])],
+        [("x", F, [2, 2])],
+        [("y", F)],
+        [const("p", pads)],
+    )
+    with pytest.raises(ddpc_py.CompileError, match="invalid model") as e:
+        ddpc_py.compile(m, onnx_checker=False)
+    assert "pads [" in str(e.value) and "axis 0" in str(e.value), str(e.value)
+
+
+def test_rotary_odd_head_size_names_the_head_size():
+    """Without rotary_embedding_dim the message named that attribute; the
+    cause is the odd head size D."""
+    m = model(
+        [node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"])],
+        [
+            ("x", F, [1, 2, 3, 5]),
+            ("c", F, [8, 2]),
+            ("s", F, [8, 2]),
+            ("p", I64, [1, 3]),
+        ],
+        [("y", F)],
+        opset=23,
+    )
+    with pytest.raises(ddpc_py.CompileError, match="invalid model") as e:
+        ddpc_py.compile(m, onnx_checker=False)
+    assert "head size D = 5 is odd" in str(e.value), str(e.value)
+    assert "rotary_embedding_dim 5" not in str(e.value)

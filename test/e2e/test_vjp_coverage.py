@@ -312,6 +312,40 @@ CASES = {
             name="ignore",
         ),
     ],
+    # X's cotangent is a scatter-add at the taps; grid's flows through the
+    # interpolation weights (and the border clamp / reflection), and is 0
+    # for nearest.
+    "GridSample": [
+        c(opset=16, X=[1, 2, 3, 4], grid=[1, 2, 3, 2], name="bilinear-zeros"),
+        c(
+            opset=16,
+            attrs=dict(mode="bicubic", padding_mode="reflection"),
+            X=[2, 1, 4, 3],
+            grid=[2, 2, 2, 2],
+            name="bicubic-reflection",
+        ),
+        c(
+            opset=20,
+            attrs=dict(mode="nearest", padding_mode="border", align_corners=1),
+            X=[1, 2, 3, 4],
+            grid=[1, 3, 2, 2],
+            name="nearest-border",
+        ),
+        c(
+            opset=20,
+            attrs=dict(padding_mode="reflection", align_corners=1),
+            X=[1, 2, 3, 2, 4],
+            grid=[1, 2, 2, 3, 3],
+            name="trilinear-reflection",
+        ),
+        c(
+            opset=22,
+            attrs=dict(mode="cubic", padding_mode="border"),
+            X=[2, 2, 5],
+            grid=[2, 4, 1],
+            name="cubic-1d-border",
+        ),
+    ],
     "Hardmax": [c(input=[3, 4], opset=13)],
     "TopK": [
         c(X=[3, 5], K=i64([3]), hidden=1, name="largest"),
@@ -478,7 +512,14 @@ CASES = {
         c(
             X=[1, 2, 5, 5],
             attrs=dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-        )
+        ),
+        # Y's gradient is the same when the Indices output is also computed.
+        c(
+            X=[1, 2, 5, 4],
+            attrs=dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], storage_order=1),
+            hidden=1,
+            name="with-indices",
+        ),
     ],
     "OneHot": [
         c(
@@ -615,8 +656,13 @@ CASES = {
 }
 
 # Inputs that may be float but get no gradient, and why. Everything else
-# that may carry one has a case above.
+# that may carry one has a case above. Integer outputs that carry no
+# cotangent are named here too, with the reason.
 NONDIFF = {
+    "MaxPool": {
+        "Indices": "an int64 output (positions of the maxima): no cotangent flows "
+        "through it, and Y keeps its own gradient (case with-indices)"
+    },
     "OneHot": {
         "indices": "positions (cast to integers): the output is piecewise constant in them",
         "depth": "must be an import-time constant (it sets the output's shape)",
@@ -677,7 +723,8 @@ def test_every_op_input_is_covered():
         formal = {f.name for f in onnx.defs.get_schema(op).inputs}
         for case in CASES.get(op, []):
             assert set(case.inputs) <= formal, (op, set(case.inputs) - formal)
-        assert set(NONDIFF.get(op, {})) <= formal
+        outputs = {f.name for f in onnx.defs.get_schema(op).outputs}
+        assert set(NONDIFF.get(op, {})) <= formal | outputs
 
 
 def build(op, case):

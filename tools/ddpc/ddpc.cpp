@@ -123,6 +123,22 @@ static cl::opt<bool> printAfterAll("mlir-print-ir-after-all",
                                    cl::desc("Print the IR after every pass "
                                             "to stderr"),
                                    cl::sub(compileCmd), cl::cat(category));
+// Upstream MLIR's timing options (mlir-opt's spellings), kept in the compile
+// subcommand: the report also times the phases outside the pass manager.
+static cl::opt<bool> mlirTiming(
+    "mlir-timing",
+    cl::desc("Print wall and user time of every pass and of the other "
+             "phases (ONNX import, LLVM translation, optimization, object "
+             "emission, glue, link) to stderr"),
+    cl::sub(compileCmd), cl::cat(category));
+static cl::opt<ddpc::TimingDisplay> mlirTimingDisplay(
+    "mlir-timing-display", cl::desc("How --mlir-timing shows its report"),
+    cl::values(clEnumValN(ddpc::TimingDisplay::List, "list",
+                          "one line per timer name, summed, slowest first"),
+               clEnumValN(ddpc::TimingDisplay::Tree, "tree",
+                          "phases with their passes nested (default)")),
+    cl::init(ddpc::TimingDisplay::Tree), cl::sub(compileCmd),
+    cl::cat(category));
 static cl::opt<std::string>
     cpu("cpu",
         cl::desc("CPU to generate code for: native (default), generic, or "
@@ -435,6 +451,19 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  // A single-valued option given twice is an error, not "the last one
+  // wins" (cl::opt allows repeats; cl::list options are ZeroOrMore).
+  for (const auto &entry : compileCmd.OptionsMap) {
+    cl::Option *o = entry.second;
+    if (o->getNumOccurrencesFlag() == cl::Optional &&
+        o->getNumOccurrences() > 1) {
+      errs() << "error: " << (o->ArgStr.size() == 1 ? "-" : "--") << o->ArgStr
+             << " is given " << o->getNumOccurrences()
+             << " times; give it once\n";
+      return 1;
+    }
+  }
+
   ddpc::CompileOptions options;
   options.inputPath = inputFile;
   options.outputPath = outputFile;
@@ -518,6 +547,13 @@ int main(int argc, char **argv) {
   }
   options.dumpIRDir = dumpIR;
   options.printIRAfterAll = printAfterAll;
+  if (mlirTimingDisplay.getNumOccurrences() && !mlirTiming) {
+    errs() << "error: --mlir-timing-display applies with --mlir-timing "
+              "only\n";
+    return 1;
+  }
+  options.timing =
+      mlirTiming ? mlirTimingDisplay.getValue() : ddpc::TimingDisplay::Off;
   options.pipeline.fuseElementwise = !noFusion;
   options.cpu.cpu = cpu;
   options.cpu.optLevel = optLevel;

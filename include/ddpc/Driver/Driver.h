@@ -30,6 +30,14 @@ enum class EmitKind {
   PTX,           ///< --target cuda: the generated kernels as PTX text
 };
 
+/// `--mlir-timing`: how compile() reports where its time went (upstream
+/// MLIR's DefaultTimingManager, printed to stderr when compile() returns).
+enum class TimingDisplay {
+  Off,
+  List, ///< one line per timer name, summed, slowest first
+  Tree, ///< phases with their passes nested under them
+};
+
 struct CompileOptions {
   /// Path of the .onnx file (also sets ImportOptions::modelDir).
   std::string inputPath;
@@ -68,6 +76,11 @@ struct CompileOptions {
   std::string dumpIRDir;
   /// MLIR's --mlir-print-ir-after-all, to stderr.
   bool printIRAfterAll = false;
+  /// MLIR's --mlir-timing (--mlir-timing-display=list|tree): wall and user
+  /// time of every pass and of the phases outside the pass manager (ONNX
+  /// import, LLVM IR translation, LLVM optimization, object emission, glue,
+  /// link), to stderr.
+  TimingDisplay timing = TimingDisplay::Off;
   /// Folder holding libddpc_runtime.a; empty means next to the executable
   /// (`<bindir>/../lib`).
   std::string runtimeLibDir;

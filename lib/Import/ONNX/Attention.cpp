@@ -35,6 +35,10 @@ Value sliceOf(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> offsets,
     st.push_back(b.getIndexAttr(1));
   }
   auto type = RankedTensorType::get(sizes, t.getElementType());
+  // extract_slice refuses offset 0 on an axis of size 0: an empty slice is
+  // an empty tensor.
+  if (numElements(sizes) == 0)
+    return tensor::EmptyOp::create(b, loc, sizes, t.getElementType());
   return tensor::ExtractSliceOp::create(b, loc, type, x, o, s, st);
 }
 
@@ -42,6 +46,9 @@ Value sliceOf(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> offsets,
 Value insertAt(OpBuilder &b, Location loc, Value src, Value dest,
                ArrayRef<int64_t> offsets) {
   auto t = cast<RankedTensorType>(src.getType());
+  // Writing nothing leaves `dest` (insert_slice refuses it on empty axes).
+  if (t.getNumElements() == 0)
+    return dest;
   SmallVector<OpFoldResult> o, s, st;
   for (size_t d = 0; d < offsets.size(); ++d) {
     o.push_back(b.getIndexAttr(offsets[d]));
@@ -166,6 +173,11 @@ LogicalResult importRotaryEmbedding(NodeContext &ctx) {
   SmallVector<int64_t> view(cast<RankedTensorType>(xv.getType()).getShape());
   int64_t batch = view[0], seq = view[seqDim], head = view[3];
   int64_t rd = ctx.attrInt("rotary_embedding_dim", 0);
+  // Unset (or 0), the whole head rotates, in pairs of lanes.
+  if (rd == 0 && head % 2 != 0)
+    return ctx.invalid("head size D = " + Twine(head) +
+                       " is odd: without rotary_embedding_dim all D lanes "
+                       "rotate in pairs");
   if (rd == 0)
     rd = head;
   if (rd < 0 || rd > head || rd % 2 != 0)
@@ -425,6 +437,10 @@ LogicalResult importAttention(NodeContext &ctx) {
   SmallVector<int64_t> scoreShape{batch, hq, seq, total};
   double scale = ctx.hasAttr("scale") ? ctx.attrFloat("scale", 1.0f)
                                       : 1.0 / std::sqrt((double)qs[3]);
+  // Head size 0: Q K^T is an empty sum, 0 whatever the scale (the reference
+  // scales the empty Q and K), not 0 * inf = NaN.
+  if (qs[3] == 0)
+    scale = 1.0;
   double softcap = ctx.attrFloat("softcap", 0.0f);
   bool causal = ctx.attrFlag("is_causal", false);
 

@@ -265,6 +265,14 @@ Value buildPad(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> low,
     hi.push_back(b.getIndexAttr(high[d]));
   }
   Value pv = arith::ConstantOp::create(b, loc, padValue);
+  // Padding an empty tensor is a fill (tensor.pad's bufferization would
+  // insert the empty source at an offset past the end of an axis).
+  if (t.getNumElements() == 0)
+    return linalg::FillOp::create(
+               b, loc, pv,
+               tensor::EmptyOp::create(b, loc, shape, t.getElementType())
+                   .getResult())
+        .getResult(0);
   return tensor::PadOp::create(b, loc,
                                RankedTensorType::get(shape, t.getElementType()),
                                input, lo, hi, pv);

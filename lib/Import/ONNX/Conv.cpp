@@ -19,9 +19,11 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 
@@ -32,6 +34,13 @@ namespace {
 struct Window {
   SmallVector<int64_t> kernel, strides, dilations, padBegin, padEnd, out;
 };
+
+/// (kernel - 1) * dilation + 1, the extent of a dilated kernel; nullopt
+/// when it overflows int64 (dilations near 2^63).
+std::optional<int64_t> kernelExtent(int64_t kernel, int64_t dilation) {
+  std::optional<int64_t> e = llvm::checkedMul(kernel - 1, dilation);
+  return e ? llvm::checkedAdd<int64_t>(*e, 1) : std::nullopt;
+}
 
 /// Computes output sizes and pads from the attributes. `extraEnd` receives
 /// additional end padding needed by ceil_mode windows.
@@ -61,10 +70,20 @@ LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
   w.out.assign(k, 0);
   for (size_t i = 0; i < k; ++i) {
     int64_t in = inSpatial[i], s = w.strides[i];
-    int64_t ext = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    std::optional<int64_t> extOr = kernelExtent(w.kernel[i], w.dilations[i]);
+    if (!extOr)
+      return ctx.invalid("dilations " + shapeString(w.dilations) +
+                         " overflow int64 in the kernel extent");
+    int64_t ext = *extOr;
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      int64_t out = (in + s - 1) / s;
-      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
+      // ceil(in / s) without in + s - 1 (s may be near 2^63); then
+      // (out - 1) * s <= in, and only adding ext can overflow.
+      int64_t out = in / s + (in % s != 0);
+      std::optional<int64_t> need = llvm::checkedAdd((out - 1) * s, ext);
+      if (!need)
+        return ctx.invalid("dilations " + shapeString(w.dilations) +
+                           " overflow int64 in the padded size");
+      int64_t total = std::max<int64_t>(0, *need - in);
       int64_t small = total / 2, big = total - small;
       w.padBegin[i] = autoPad == "SAME_UPPER" ? small : big;
       w.padEnd[i] = total - w.padBegin[i];
@@ -89,12 +108,20 @@ LogicalResult computeWindow(NodeContext &ctx, ArrayRef<int64_t> inSpatial,
         return ctx.invalid("pads " + shapeString(pads) +
                            " has a negative entry");
     }
-    int64_t span = in + w.padBegin[i] + w.padEnd[i] - ext;
+    std::optional<int64_t> padded = llvm::checkedAdd(in, w.padBegin[i]);
+    if (padded)
+      padded = llvm::checkedAdd(*padded, w.padEnd[i]);
+    if (!padded)
+      return ctx.invalid("pads " + shapeString(pads) +
+                         " overflow int64 in the padded size");
+    int64_t span = *padded - ext;
     if (span < 0)
       return ctx.invalid("kernel larger than the padded input");
-    int64_t out = ceilMode ? (span + s - 1) / s + 1 : span / s + 1;
+    int64_t out = span / s + (ceilMode && span % s != 0) + 1;
     // A ceil-mode window must start inside the input or the begin padding.
-    if (ceilMode && (out - 1) * s >= in + w.padBegin[i])
+    // (An overflowing start lies past it.)
+    std::optional<int64_t> last = llvm::checkedMul(out - 1, s);
+    if (ceilMode && (!last || *last >= in + w.padBegin[i]))
       --out;
     w.out[i] = out;
   }
@@ -290,11 +317,33 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
                          "dilation");
   }
   SmallVector<int64_t> inSpatial(x.shape().begin() + 2, x.shape().end());
-  // Size before the pads are removed.
+  if (llvm::is_contained(inSpatial, 0))
+    return ctx.unsupported("X of shape " + shapeString(x.shape()) +
+                           " has an empty spatial dim");
+  // Size before the pads are removed, checked: strides or dilations near
+  // 2^63 overflow int64 (the attribute is named).
   SmallVector<int64_t> full(k);
-  for (int64_t i = 0; i < k; ++i)
-    full[i] = strides[i] * (inSpatial[i] - 1) + outPad[i] +
-              (kernel[i] - 1) * dilations[i] + 1;
+  for (int64_t i = 0; i < k; ++i) {
+    std::optional<int64_t> ext = kernelExtent(kernel[i], dilations[i]);
+    if (!ext)
+      return ctx.invalid("dilations " + shapeString(dilations) +
+                         " overflow int64 in the output size");
+    std::optional<int64_t> f = llvm::checkedMul(strides[i], inSpatial[i] - 1);
+    if (f)
+      f = llvm::checkedAdd(*f, outPad[i]);
+    if (f)
+      f = llvm::checkedAdd(*f, *ext);
+    if (!f)
+      return ctx.invalid("strides " + shapeString(strides) +
+                         " overflow int64 in the output size");
+    // Bounded so that the pads and sizes below cannot overflow either.
+    if (*f > kMaxTensorElements)
+      return ctx.invalid("strides " + shapeString(strides) + " and dilations " +
+                         shapeString(dilations) + " make spatial dim " +
+                         Twine(i) + " " + Twine(*f) +
+                         " long before the pads, more than 2^40");
+    full[i] = *f;
+  }
 
   std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
   if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" &&
@@ -302,16 +351,32 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
     return ctx.unsupported("auto_pad='" + autoPad + "'");
   SmallVector<int64_t> outShapeAttr = ctx.attrInts("output_shape");
   if (!outShapeAttr.empty()) {
-    // Opset 1 allowed [N, M, O...]; the spatial part is what counts.
-    if ((int64_t)outShapeAttr.size() == k + 2)
-      outShapeAttr.erase(outShapeAttr.begin(), outShapeAttr.begin() + 2);
+    // Spatial sizes only, in every opset (onnxruntime and the reference
+    // refuse [N, M, O...] too).
     if ((int64_t)outShapeAttr.size() != k)
       return ctx.invalid("output_shape " + shapeString(outShapeAttr) +
-                         " must have one entry per spatial dim");
+                         " must have one entry per spatial dim (" + Twine(k) +
+                         "), not include N and C");
+    // Pads from output_shape make it at most the unpadded size `full`
+    // (total padding >= 0), or larger by less than a stride: one the
+    // input could not have come from (by the inverse Conv's size,
+    // (O + total - ext) / s + 1 = I, as onnxruntime checks) is refused.
     for (int64_t o : outShapeAttr)
       if (o <= 0)
         return ctx.invalid("output_shape " + shapeString(outShapeAttr) +
                            " must be positive");
+    for (int64_t i = 0; i < k; ++i)
+      if (outShapeAttr[i] - full[i] >= strides[i])
+        return ctx.invalid(
+            "output_shape " + shapeString(outShapeAttr) +
+            " does not fit X's spatial size " + shapeString(inSpatial) +
+            " (strides " + shapeString(strides) + ", kernel " +
+            shapeString(kernel) + ", dilations " + shapeString(dilations) +
+            ", output_padding " + shapeString(outPad) + "): dim " + Twine(i) +
+            " must be in [1, " +
+            Twine(llvm::checkedAdd(full[i], strides[i] - 1)
+                      .value_or(std::numeric_limits<int64_t>::max())) +
+            "]");
   }
   SmallVector<int64_t> padBegin(k, 0), padEnd(k, 0);
   bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
@@ -320,6 +385,8 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
     // explicitly specified ..."); SAME without output_shape asks for
     // O = I s. Negative totals extend the output with zeros (bias only).
     for (int64_t i = 0; i < k; ++i) {
+      // I s = full - ext - output_padding + s: no overflow (full is
+      // bounded, and I = 1 where s is not).
       int64_t out =
           outShapeAttr.empty() ? inSpatial[i] * strides[i] : outShapeAttr[i];
       int64_t total = full[i] - out;
@@ -350,7 +417,10 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
   }
   SmallVector<int64_t> outSpatial(k);
   for (int64_t i = 0; i < k; ++i) {
-    outSpatial[i] = full[i] - padBegin[i] - padEnd[i];
+    // The pads are < 2^63 and full <= 2^40: only the second subtraction
+    // can overflow.
+    outSpatial[i] = llvm::checkedSub(full[i] - padBegin[i], padEnd[i])
+                        .value_or(std::numeric_limits<int64_t>::min());
     if (outSpatial[i] <= 0)
       return ctx.invalid("the pads leave an output of size " +
                          Twine(outSpatial[i]) + " in spatial dim " + Twine(i));
@@ -385,9 +455,16 @@ LogicalResult importConvTranspose(NodeContext &ctx) {
   Value empty = tensor::EmptyOp::create(b, loc, bigShape, elem);
   Value xp = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
   SmallVector<int64_t> one(rank, 1);
-  xp = tensor::InsertSliceOp::create(b, loc, x.value, xp, ofr(offs),
-                                     ofr(x.shape()), ofr(strd));
-  if (crop)
+  // With N = 0 or C = 0 there is nothing to place (and the slice ops
+  // refuse offset 0 on an empty axis): the zeros are X dilated and padded.
+  // The contraction then sums over no channels, so Y is the bias.
+  bool emptyX = numElements(x.shape()) == 0;
+  if (!emptyX)
+    xp = tensor::InsertSliceOp::create(b, loc, x.value, xp, ofr(offs),
+                                       ofr(x.shape()), ofr(strd));
+  if (crop && emptyX)
+    xp = tensor::EmptyOp::create(b, loc, cropShape, elem);
+  else if (crop)
     xp = tensor::ExtractSliceOp::create(
         b, loc, RankedTensorType::get(cropShape, elem), xp, ofr(cropOffs),
         ofr(cropShape), ofr(one));
@@ -450,6 +527,154 @@ LogicalResult checkLpPoolP(NodeContext &ctx, double p) {
   return success();
 }
 
+/// MaxPool's attributes and X's dtype as each opset defines them: 1
+/// (auto_pad, kernel_shape, pads, strides), 8 (+ storage_order; the
+/// Indices output, which the schema's arity check admits), 10 (+ ceil_mode,
+/// dilations), 12 (+ int8, uint8 X).
+LogicalResult checkMaxPoolAttrs(NodeContext &ctx, const TValue &x) {
+  LogicalResult known =
+      ctx.opset < 8
+          ? ctx.checkAttrs({"auto_pad", "kernel_shape", "pads", "strides"})
+      : ctx.opset < 10 ? ctx.checkAttrs({"auto_pad", "kernel_shape", "pads",
+                                         "storage_order", "strides"})
+                       : ctx.checkAttrs({"auto_pad", "ceil_mode", "dilations",
+                                         "kernel_shape", "pads",
+                                         "storage_order", "strides"});
+  if (failed(known))
+    return failure();
+  if (!isFloatDType(x.dtype) && ctx.opset < 12)
+    return ctx.invalid(Twine("X of dtype ") + dtypeName(x.dtype) +
+                       " (integer MaxPool needs opset 12)");
+  return success();
+}
+
+/// MaxPool's Indices (opset 8+): per output element, the flat index into X
+/// [N, C, D...] of the maximum Y took, the first in the window's row-major
+/// scan order among equal values (onnxruntime's strict `>` scan), padding
+/// never counted. With `storageOrder` (storage_order=1) the spatial part is
+/// column-major over (D...): the first spatial dim varies fastest, N and C
+/// stay row-major (onnxruntime's c * D1...Dk + h + w * H for 2-D). A NaN
+/// maximum (Y propagates NaN) points at the window's first NaN.
+///
+/// Built as a min-reduction over the window of the row-major spatial offset
+/// of elements equal to Y (row-major order is the scan order), then an
+/// elementwise map to the flat index. i64 results: no cotangent flows here,
+/// so Y keeps its own gradient.
+Value buildMaxPoolIndices(OpBuilder &b, Location loc, Value xp, Value y,
+                          ArrayRef<int64_t> inSpatial, const Window &win,
+                          bool storageOrder) {
+  MLIRContext *mctx = b.getContext();
+  auto yShape = cast<RankedTensorType>(y.getType()).getShape();
+  int64_t k = inSpatial.size();
+  Type i64 = b.getI64Type();
+  unsigned numDims = 2 + 2 * k;
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, mctx); };
+  SmallVector<AffineExpr> xe{d(0), d(1)}, ye{d(0), d(1)};
+  for (int64_t i = 0; i < k; ++i) {
+    xe.push_back(d(2 + i) * win.strides[i] + d(2 + k + i) * win.dilations[i]);
+    ye.push_back(d(2 + i));
+  }
+  // A dummy input that brings the kernel dims into the iteration space.
+  Type elem = cast<RankedTensorType>(xp.getType()).getElementType();
+  Value kernelT = tensor::EmptyOp::create(b, loc, win.kernel, elem);
+  SmallVector<AffineExpr> ke;
+  for (int64_t i = 0; i < k; ++i)
+    ke.push_back(d(2 + k + i));
+  int64_t sentinel = std::numeric_limits<int64_t>::max();
+  bool isF = isa<FloatType>(elem);
+  Value offset = buildGeneric(
+      b, loc, ValueRange{xp, y, kernelT},
+      {AffineMap::get(numDims, 0, xe, mctx),
+       AffineMap::get(numDims, 0, ye, mctx),
+       AffineMap::get(numDims, 0, ke, mctx)},
+      yShape, i64, k, IntegerAttr::get(i64, sentinel),
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        auto cst = [&](int64_t v) {
+          return arith::ConstantIntOp::create(nb, l, v, 64).getResult();
+        };
+        // Position in X of this window element, and whether it is inside.
+        Value inside = arith::ConstantIntOp::create(nb, l, 1, 1);
+        Value lin = cst(0);
+        for (int64_t i = 0; i < k; ++i) {
+          auto index = [&](unsigned dim) {
+            return arith::IndexCastOp::create(
+                       nb, l, i64, linalg::IndexOp::create(nb, l, dim))
+                .getResult();
+          };
+          Value pos = arith::SubIOp::create(
+              nb, l,
+              arith::AddIOp::create(
+                  nb, l,
+                  arith::MulIOp::create(nb, l, index(2 + i),
+                                        cst(win.strides[i])),
+                  arith::MulIOp::create(nb, l, index(2 + k + i),
+                                        cst(win.dilations[i]))),
+              cst(win.padBegin[i]));
+          Value ok = arith::AndIOp::create(
+              nb, l,
+              arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, pos,
+                                    cst(0)),
+              arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, pos,
+                                    cst(inSpatial[i])));
+          inside = arith::AndIOp::create(nb, l, inside, ok);
+          lin = arith::AddIOp::create(
+              nb, l, arith::MulIOp::create(nb, l, lin, cst(inSpatial[i])), pos);
+        }
+        Value eq;
+        if (isF)
+          eq = arith::OrIOp::create(
+              nb, l,
+              arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, a[0],
+                                    a[1]),
+              arith::CmpFOp::create(nb, l, arith::CmpFPredicate::UNO, a[0],
+                                    a[0]));
+        else
+          eq = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, a[0],
+                                     a[1]);
+        Value take = arith::AndIOp::create(nb, l, eq, inside);
+        Value cand = arith::SelectOp::create(nb, l, take, lin, cst(sentinel));
+        return arith::MinSIOp::create(nb, l, cand, a[3]);
+      });
+  int64_t spatial = numElements(inSpatial), channels = yShape[1];
+  return buildElementwise(
+      b, loc, offset, yShape, i64,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        auto cst = [&](int64_t v) {
+          return arith::ConstantIntOp::create(nb, l, v, 64).getResult();
+        };
+        auto index = [&](unsigned dim) {
+          return arith::IndexCastOp::create(nb, l, i64,
+                                            linalg::IndexOp::create(nb, l, dim))
+              .getResult();
+        };
+        Value off = a[0];
+        if (storageOrder) {
+          // Row-major digits of the offset, recombined first-dim-fastest.
+          Value rest = off, colMajor = cst(0);
+          int64_t colStride = 1;
+          SmallVector<int64_t> colStrides(k);
+          for (int64_t i = 0; i < k; ++i) {
+            colStrides[i] = colStride;
+            colStride *= inSpatial[i];
+          }
+          for (int64_t i = k - 1; i >= 0; --i) {
+            Value digit =
+                arith::RemSIOp::create(nb, l, rest, cst(inSpatial[i]));
+            rest = arith::DivSIOp::create(nb, l, rest, cst(inSpatial[i]));
+            colMajor = arith::AddIOp::create(
+                nb, l, colMajor,
+                arith::MulIOp::create(nb, l, digit, cst(colStrides[i])));
+          }
+          off = colMajor;
+        }
+        Value plane = arith::AddIOp::create(
+            nb, l, arith::MulIOp::create(nb, l, index(0), cst(channels)),
+            index(1));
+        return arith::AddIOp::create(
+            nb, l, arith::MulIOp::create(nb, l, plane, cst(spatial)), off);
+      });
+}
+
 LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
   bool isMax = kind == PoolKind::Max;
   TValue x = ctx.input(0);
@@ -458,10 +683,8 @@ LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
     return failure();
   if (!isFloatDType(x.dtype) && !(isMax && x.dtype != kBool))
     return ctx.unsupported(Twine("dtype ") + dtypeName(x.dtype));
-  if (ctx.hasOutput(1))
-    return ctx.unsupported("the Indices output of MaxPool");
-  if (ctx.attrFlag("storage_order", false))
-    return ctx.unsupported("storage_order=1");
+  if (isMax && failed(checkMaxPoolAttrs(ctx, x)))
+    return failure();
   int64_t rank = x.rank();
   if (rank < 3)
     return ctx.invalid("input must have rank >= 3");
@@ -550,6 +773,10 @@ LogicalResult importPool(NodeContext &ctx, PoolKind kind) {
                          });
   }
   ctx.setOutput(0, {r, x.dtype});
+  if (isMax && ctx.hasOutput(1))
+    ctx.setOutput(1, {buildMaxPoolIndices(b, loc, xp, r, inSpatial, win,
+                                          ctx.attrFlag("storage_order", false)),
+                      kInt64});
   return success();
 }
 

@@ -204,6 +204,7 @@ void registerMovementOps(OpRegistry &registry);
 void registerResizeOps(OpRegistry &registry);
 void registerAttentionOps(OpRegistry &registry);
 void registerIndexingOps(OpRegistry &registry);
+void registerGridSampleOps(OpRegistry &registry);
 
 /// Importer state for one graph.
 class GraphImporter {

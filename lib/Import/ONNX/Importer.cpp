@@ -21,6 +21,7 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -613,6 +614,7 @@ static const OpRegistry &getRegistry() {
     registerResizeOps(r);
     registerAttentionOps(r);
     registerIndexingOps(r);
+    registerGridSampleOps(r);
     return r;
   }();
   return registry;
@@ -635,15 +637,22 @@ static std::string onnxTypeName(int32_t dtype) {
                             : dtypeName(dtype);
 }
 
-/// The first opset of the ops ddpc imports that the 1.12 library does not
-/// know (their schemas are newer than opset 17); 0 for the others.
+/// The first opset of an op ddpc imports: the since_version of its oldest
+/// schema. The 1.12 library knows ops up to opset 17; those added later
+/// are listed (from ONNX 1.22's operator history; test_op_edge_cases.py
+/// checks every imported op against it). 0 for an op neither knows.
 static int64_t firstOpsetOf(llvm::StringRef op) {
-  if (op.starts_with("Bitwise") || op == "Mish")
-    return 18;
-  if (op == "Gelu")
-    return 20;
-  if (op == "RMSNormalization" || op == "RotaryEmbedding" || op == "Attention")
-    return 23;
+  int64_t newer =
+      llvm::StringSwitch<int64_t>(op)
+          .Cases(
+              {"BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "Mish"},
+              18)
+          .Case("Gelu", 20)
+          .Cases({"Attention", "RMSNormalization", "RotaryEmbedding"}, 23)
+          .Case("CumProd", 26)
+          .Default(0);
+  if (newer)
+    return newer;
   const onnx::OpSchema *newest =
       onnx::OpSchemaRegistry::Schema(op.str(), 1 << 20, "");
   if (!newest)
@@ -780,7 +789,11 @@ static LogicalResult checkArity(NodeContext &ctx) {
       dtype = c->second.second;
     if (dtype == kUndefined)
       continue;
-    const std::string &typeStr = param.GetTypeStr();
+    std::string typeStr = param.GetTypeStr();
+    // The 1.12 library binds GridSample's grid to T1, X's parameter; the
+    // spec (since opset 16) gives it its own, T2 (float X, double grid).
+    if (node.op_type() == "GridSample" && i == 1)
+      typeStr = "T2";
     auto [it, fresh] = bound.try_emplace(typeStr, dtype, i);
     if (!fresh && it->second.first != dtype)
       return ctx.invalid("inputs #" + Twine(it->second.second) + " ('" +

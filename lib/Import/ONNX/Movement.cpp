@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 
@@ -171,13 +172,24 @@ LogicalResult importPad(NodeContext &ctx) {
   for (int64_t d = 0; d < rank; ++d) {
     int64_t lo = std::min<int64_t>(low[d], 0),
             hi = std::min<int64_t>(high[d], 0);
+    // Pads near the int64 limits overflow the axis size (checked).
+    std::optional<int64_t> kept = llvm::checkedAdd(x.shape()[d], lo);
+    if (kept)
+      kept = llvm::checkedAdd(*kept, hi);
+    if (!kept || *kept < 0)
+      return ctx.invalid("pads " + shapeString(pads) +
+                         " remove more than axis " + Twine(d) + " holds");
     offsets[d] = -lo;
-    sizes[d] = x.shape()[d] + lo + hi;
-    if (sizes[d] < 0)
-      return ctx.invalid("pads remove more than axis " + Twine(d) + " holds");
+    sizes[d] = *kept;
     crop |= lo < 0 || hi < 0;
     low[d] = std::max<int64_t>(low[d], 0);
     high[d] = std::max<int64_t>(high[d], 0);
+    std::optional<int64_t> grown = llvm::checkedAdd(*kept, low[d]);
+    if (grown)
+      grown = llvm::checkedAdd(*grown, high[d]);
+    if (!grown)
+      return ctx.invalid("pads " + shapeString(pads) +
+                         " overflow int64 in the size of axis " + Twine(d));
   }
   Value v = crop ? sliceOf(b, loc, x.value, offsets, sizes) : x.value;
   Type elem = x.elementType();
@@ -207,8 +219,16 @@ LogicalResult importPad(NodeContext &ctx) {
           hi.push_back(b.getIndexAttr(high[d]));
           shape[d] += low[d] + high[d];
         }
-        Value r = tensor::PadOp::create(
-            b, loc, RankedTensorType::get(shape, elem), v, lo, hi, pv);
+        // An empty X: a fill, as in buildPad.
+        Value r =
+            numElements(cast<RankedTensorType>(v.getType()).getShape()) == 0
+                ? linalg::FillOp::create(
+                      b, loc, pv,
+                      tensor::EmptyOp::create(b, loc, shape, elem).getResult())
+                      .getResult(0)
+                : tensor::PadOp::create(
+                      b, loc, RankedTensorType::get(shape, elem), v, lo, hi, pv)
+                      .getResult();
         ctx.setOutput(0, {r, x.dtype});
         return success();
       }

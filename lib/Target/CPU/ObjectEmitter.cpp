@@ -6,6 +6,7 @@
 
 #include "ddpc/Target/CPU/ObjectEmitter.h"
 
+#include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/OutputFile.h"
 
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -13,6 +14,7 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Target/LLVMIR/LLVMTranslationInterface.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
@@ -60,14 +62,39 @@ bool checkCPUTargetOptions(const CPUTargetOptions &options,
   return true;
 }
 
+namespace {
+
+/// The ddpc dialect's attributes on LLVM functions and their arguments
+/// (ddpc.name, ddpc.role, ddpc.host_shared, ...) describe the program to the
+/// glue generator and have no LLVM IR meaning: translation drops them. Without
+/// this interface the translation warns once per argument attribute, and each
+/// warning prints the whole function: quadratic, 47 of the 69 s that a
+/// ResNet-18 training step took to compile (docs/compile-time.md).
+struct DDPCAttributesToLLVMIR : mlir::LLVMTranslationDialectInterface {
+  using LLVMTranslationDialectInterface::LLVMTranslationDialectInterface;
+
+  mlir::LogicalResult
+  convertParameterAttr(mlir::LLVM::LLVMFuncOp, int, mlir::NamedAttribute,
+                       mlir::LLVM::ModuleTranslation &) const override {
+    return mlir::success();
+  }
+};
+
+} // namespace
+
 void registerCPUTranslations(mlir::DialectRegistry &registry) {
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
+  registry.addExtension(+[](mlir::MLIRContext *, DDPCDialect *dialect) {
+    dialect->addInterfaces<DDPCAttributesToLLVMIR>();
+  });
 }
 
 bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
                     const std::string &path, std::string &error,
-                    const std::string &llvmIRPath) {
+                    const std::string &llvmIRPath, mlir::TimingScope *timing) {
+  mlir::TimingScope untimed;
+  mlir::TimingScope &parent = timing ? *timing : untimed;
   static bool initialized = [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
@@ -76,7 +103,9 @@ bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
   (void)initialized;
 
   llvm::LLVMContext llvmContext;
+  mlir::TimingScope translateTiming = parent.nest("LLVM IR translation");
   auto llvmModule = mlir::translateModuleToLLVMIR(module, llvmContext);
+  translateTiming.stop();
   if (!llvmModule) {
     error = "translation of the lowered module to LLVM IR failed";
     return false;
@@ -112,12 +141,14 @@ bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
   llvmModule->setDataLayout(tm->createDataLayout());
   llvmModule->setTargetTriple(triple);
 
+  mlir::TimingScope optTiming = parent.nest("LLVM optimization");
   auto optimize =
       mlir::makeOptimizingTransformer(options.optLevel, 0, tm.get());
   if (auto err = optimize(llvmModule.get())) {
     error = "LLVM optimization failed: " + llvm::toString(std::move(err));
     return false;
   }
+  optTiming.stop();
   if (!llvmIRPath.empty()) {
     std::error_code ec;
     llvm::raw_fd_ostream os(llvmIRPath, ec, llvm::sys::fs::OF_None);
@@ -125,6 +156,7 @@ bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
       llvmModule->print(os, nullptr);
   }
 
+  mlir::TimingScope emitTiming = parent.nest("LLVM object emission");
   runtime::OutputTarget output = runtime::resolveOutput(path);
   std::string tmpPath = output.temporary();
   {

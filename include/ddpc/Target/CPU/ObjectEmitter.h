@@ -9,6 +9,7 @@
 #define DDPC_TARGET_CPU_OBJECTEMITTER_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/Timing.h"
 
 #include <string>
 
@@ -31,10 +32,13 @@ void registerCPUTranslations(mlir::DialectRegistry &registry);
 
 /// Emits `module` (LLVM dialect only) as an object file at `path` (written
 /// to a temporary and renamed). With `llvmIRPath` non-empty, also writes the
-/// optimized LLVM IR there. Returns false and sets `error` on failure.
+/// optimized LLVM IR there. With `timing`, times its three phases (LLVM IR
+/// translation, LLVM optimization, object emission) as scopes nested in it.
+/// Returns false and sets `error` on failure.
 bool emitObjectFile(mlir::ModuleOp module, const CPUTargetOptions &options,
                     const std::string &path, std::string &error,
-                    const std::string &llvmIRPath = "");
+                    const std::string &llvmIRPath = "",
+                    mlir::TimingScope *timing = nullptr);
 
 } // namespace ddpc
 
