@@ -109,6 +109,7 @@ private:
   CPUPipelineOptions pipeline;
   CompileReport report;
   int64_t memoryBudget = 0; // --memory-budget in bytes; 0: unlimited.
+  int64_t zeroStage = 0;    // --zero-stage, checked.
   std::optional<MemoryPlan> memoryPlan;
 };
 
@@ -122,7 +123,7 @@ int Compilation::run(const std::string &modelBytes) {
     return rc;
   if (!checkMemoryBudget(options, memoryBudget, error))
     return kCompileError;
-  if (int rc = checkMemoryStrategy(options, error); rc != kCompileOk)
+  if (int rc = checkMemoryStrategy(options, zeroStage, error); rc != kCompileOk)
     return rc;
   if (cuda) {
     cudaRoot = findCUDAToolkit(options.cudaRoot, error);
@@ -323,8 +324,10 @@ int Compilation::synthesize() {
   if (!runPhase(
           "training",
           [&](OpPassManager &pm) {
+            TrainOptions train = options.train;
+            train.zeroStage = zeroStage;
             pm.addPass(createBuildTrainingStepPass(
-                toBuildTrainingStepPassOptions(options.train), &trainInfo));
+                toBuildTrainingStepPassOptions(train), &trainInfo));
             pm.addPass(createCanonicalizerPass());
           },
           /*userErrors=*/true))
@@ -457,6 +460,7 @@ int Compilation::planMemory() {
   }
   memoryPlan = computeMemoryPlan(*module, rt);
   report.memory = memoryPlan;
+  report.zeroStage = zeroStage;
   if (memoryBudget && memoryPlan->peak > memoryBudget) {
     const MemoryPlan &plan = *memoryPlan;
     error = "--memory-budget " + formatBytes(memoryBudget) +

@@ -98,9 +98,12 @@ int checkPrecision(const CompileOptions &options, std::string &error);
 bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
                        std::string &error);
 
-/// Checks --zero-stage and --remat: kCompileOk, kCompileUnsupported (a
-/// planned value) or kCompileError (an unknown one), with one line.
-int checkMemoryStrategy(const CompileOptions &options, std::string &error);
+/// Checks --zero-stage and --remat: kCompileOk (`zeroStage` set to 0 or 1),
+/// kCompileUnsupported (a planned value, or stage 1 on --target cuda) or
+/// kCompileError (an unknown one, or a stage without --train), with one
+/// line.
+int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
+                        std::string &error);
 
 /// Reads the model file into `bytes` unless `modelBytes` is given, and
 /// sets `import.modelDir` (external data) to the model's folder when unset.
@@ -171,6 +174,8 @@ struct CompileReport {
   std::optional<CUDAPlan> cuda;
   /// Training programs: the per-rank memory plan (after bufferization).
   std::optional<MemoryPlan> memory;
+  /// --zero-stage (0 or 1) the plan's optimizer state is for.
+  int64_t zeroStage = 0;
   /// Why the plan is incomplete (--emit=mlir), or empty.
   std::string partial;
 

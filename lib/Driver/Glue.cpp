@@ -158,6 +158,13 @@ void emitTrainForwarders(llvm::raw_ostream &os,
   emitForwarder(os, kApplyGlue, kApplyFunc, (P + P * S + P + 3) + (P + P * S));
   emitForwarder(os, kEvalGlue, kEvalFunc, (P + NB + D + 1) + 2);
   emitForwarder(os, kGradNormGlue, kGradNormFunc, (P + 1) + 1);
+  os << "const int32_t " << kGlueZeroStage << " = " << info.zeroStage << ";\n";
+  if (info.zeroStage >= 1) {
+    os << "const int64_t " << kGlueZeroChunk << " = " << info.zeroChunk
+       << "LL;\n";
+    emitForwarder(os, kApplyShardGlue, kApplyShardFunc,
+                  (1 + S + 1 + 3) + (1 + S));
+  }
 }
 
 } // namespace
@@ -255,7 +262,9 @@ std::string generateMemoryPlanGlue(const MemoryPlan &plan) {
   return "const int64_t " + kGlueMemoryPlanPeak.str() + " = " +
          std::to_string(plan.peak) + "LL;\nconst int64_t " +
          kGlueMemoryPlanCollective.str() + " = " +
-         std::to_string(plan.collectiveBuffers) + "LL;\n";
+         std::to_string(plan.collectiveBuffers) + "LL;\nconst int64_t " +
+         kGlueMemoryPlanOptimizer.str() + " = " +
+         std::to_string(plan.optimizerState) + "LL;\n";
 }
 
 std::string generateCUDAGlue(const CompileOptions &options) {

@@ -146,16 +146,29 @@ bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
   return true;
 }
 
-int checkMemoryStrategy(const CompileOptions &options, std::string &error) {
+int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
+                        std::string &error) {
   const std::string &z = options.zeroStage, &r = options.remat;
-  if (z != "0") {
-    bool planned = z == "1" || z == "2" || z == "3" || z == "auto";
+  zeroStage = 0;
+  if (z == "1") {
+    if (!options.train.enabled) {
+      error = "--zero-stage applies to training programs (--train)";
+      return kCompileError;
+    }
+    if (options.target == "cuda") {
+      error = "--zero-stage 1 is implemented for --target cpu and "
+              "cuda-emulate, not yet for cuda; use --zero-stage 0";
+      return kCompileUnsupported;
+    }
+    zeroStage = 1;
+  } else if (z != "0") {
+    bool planned = z == "2" || z == "3" || z == "auto";
     error = planned ? "--zero-stage " + z +
-                          " is planned but not implemented yet (ZeRO "
-                          "sharding); only 0 (every rank keeps the whole "
-                          "state)"
+                          " is planned but not implemented yet; implemented: "
+                          "0 (every rank keeps the whole state) and 1 (the "
+                          "optimizer state is sharded over the ranks)"
                     : "unknown --zero-stage '" + z +
-                          "' (supported: 0; planned: 1, 2, 3, auto)";
+                          "' (supported: 0, 1; planned: 2, 3, auto)";
     return planned ? kCompileUnsupported : kCompileError;
   }
   if (r != "off") {

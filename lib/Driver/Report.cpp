@@ -307,6 +307,15 @@ std::string CompileReport::toJSON() const {
         {"peak_bytes", memory->peak},  {"peak_function", memory->peakFunction},
         {"peak_op", memory->peakOp},   {"categories", std::move(cats)},
         {"functions", std::move(fns)}, {"saved_activations", std::move(saved)}};
+    llvm::json::Object &plan = *root["memory_plan"].getAsObject();
+    plan["zero_stage"] = zeroStage;
+    if (zeroStage == 1)
+      plan["zero_note"] =
+          "ZeRO stage 1: the optimizer state above is one rank's whole state "
+          "(two halves); at N ranks each rank holds one copy of 1/N of it "
+          "(rounded up to chunks of 4096 floats) and gather buffers of at "
+          "most 1 MiB + 1 MiB / N, which the plan the program prints at exit "
+          "(memory_plan_bytes in --log-json) includes";
   }
   if (!partial.empty())
     root["partial"] = partial;

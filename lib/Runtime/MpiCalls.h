@@ -48,6 +48,10 @@ struct MpiCalls {
                        MpiRequest *request);
   /// MPI_Ibcast of `bytes` bytes from `root`.
   int (*ibcast)(void *data, int bytes, int root, MpiRequest *request);
+  /// MPI_Iallgather of `bytes` bytes from each rank: rank q's `send` lands
+  /// at recv + q * bytes.
+  int (*iallgather)(const void *send, void *recv, int bytes,
+                    MpiRequest *request);
   int (*ibarrier)(MpiRequest *request);
   /// MPI_Test: `*done` once the request has completed.
   int (*test)(MpiRequest *request, bool *done);

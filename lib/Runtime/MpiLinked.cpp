@@ -97,6 +97,12 @@ const MpiCalls kLinked = {
         return MPI_Ibcast(data, bytes, MPI_BYTE, root, MPI_COMM_WORLD, request);
       });
     },
+    [](const void *send, void *recv, int bytes, MpiRequest *out) {
+      return withRequest(out, [&](MPI_Request *request) {
+        return MPI_Iallgather(send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
+                              MPI_COMM_WORLD, request);
+      });
+    },
     [](MpiRequest *out) {
       return withRequest(out, [&](MPI_Request *request) {
         return MPI_Ibarrier(MPI_COMM_WORLD, request);

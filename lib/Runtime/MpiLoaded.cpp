@@ -37,6 +37,8 @@ struct OpenMpi {
   int (*Iallreduce)(const void *, void *, int, Handle, Handle, Handle,
                     Handle *);
   int (*Ibcast)(void *, int, Handle, int, Handle, Handle *);
+  int (*Iallgather)(const void *, int, Handle, void *, int, Handle, Handle,
+                    Handle *);
   int (*Ibarrier)(Handle, Handle *);
   int (*Test)(Handle *, int *, void *);
   Handle commWorld, typeByte, typeFloat, typeDouble, opSum, errorsReturn;
@@ -94,6 +96,7 @@ void load() {
   resolve(gOmpi.Error_string, "MPI_Error_string");
   resolve(gOmpi.Iallreduce, "MPI_Iallreduce");
   resolve(gOmpi.Ibcast, "MPI_Ibcast");
+  resolve(gOmpi.Iallgather, "MPI_Iallgather");
   resolve(gOmpi.Ibarrier, "MPI_Ibarrier");
   resolve(gOmpi.Test, "MPI_Test");
   gOmpi.commWorld = object("ompi_mpi_comm_world");
@@ -161,6 +164,12 @@ const MpiCalls kLoaded = {
       return withRequest(out, [&](Handle *request) {
         return gOmpi.Ibcast(data, bytes, gOmpi.typeByte, root, gOmpi.commWorld,
                             request);
+      });
+    },
+    [](const void *send, void *recv, int bytes, MpiRequest *out) {
+      return withRequest(out, [&](Handle *request) {
+        return gOmpi.Iallgather(send, bytes, gOmpi.typeByte, recv, bytes,
+                                gOmpi.typeByte, gOmpi.commWorld, request);
       });
     },
     [](MpiRequest *out) {

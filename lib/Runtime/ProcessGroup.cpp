@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace ddpc {
 namespace runtime {
@@ -210,6 +211,25 @@ void broadcastBytes(void *data, int64_t bytes, const char *what) {
              "MPI_Ibcast");
     waitCollective(pending, what);
   }
+}
+
+void allgatherBytes(const void *send, void *recv, int64_t bytes,
+                    const char *what) {
+  if (gSize == 1) {
+    std::memmove(recv, send, static_cast<size_t>(bytes));
+    return;
+  }
+  if (bytes <= 0)
+    return;
+  if (bytes > kMaxChunk)
+    fatalError(std::string(what) + ": " + std::to_string(bytes) +
+               " bytes per rank exceed one MPI_Iallgather's count");
+  runHook();
+  PendingCollective pending = oneRequest();
+  checkMpi(gMpi->iallgather(send, recv, static_cast<int>(bytes),
+                            &pending.requests.back()),
+           "MPI_Iallgather");
+  waitCollective(pending, what);
 }
 
 void barrier(const char *what) {

@@ -24,6 +24,7 @@
 #include "ddpc/Runtime/ModelABI.h"
 #include "ddpc/Runtime/Npy.h"
 
+#include "ZeroShard.h"
 #include "ddpc/Runtime/OnnxWriter.h"
 #include "ddpc/Runtime/ProgramOptions.h"
 #include "ddpc/Runtime/Sampler.h"
@@ -43,6 +44,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -57,19 +59,35 @@ using ddpc::formatBytes;
 /// that programs linked from an older glue run (then no plan is shown).
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_peak;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_collective;
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_optimizer;
+/// ZeRO stage 1 (TrainABI.h): absent in programs compiled at stage 0.
+extern "C" __attribute__((weak)) const int32_t ddpc_zero_stage;
+extern "C" __attribute__((weak)) const int64_t ddpc_zero_chunk;
+extern "C" __attribute__((weak)) void ddpc_apply_shard(void **args);
 
 namespace {
 
 constexpr int32_t kOnnxFloat = 1;
 
+/// Whether the program shards the optimizer state (ZeRO stage 1).
+bool zeroStage1() {
+  return &ddpc_zero_stage && ddpc_zero_stage == 1 && &ddpc_zero_chunk &&
+         ddpc_zero_chunk > 0 && ddpc_apply_shard;
+}
+
 /// The plan's peak for `world` ranks (the CPU runtime stages gradient
-/// buckets only with more than one); 0 without a plan.
-int64_t plannedPeak(int world) {
+/// buckets only with more than one; at ZeRO stage 1 the optimizer state is
+/// `zeroBytes`, this rank's slice and buffers, in place of the plan's
+/// whole state); 0 without a plan.
+int64_t plannedPeak(int world, int64_t zeroBytes) {
   if (!&ddpc_memory_plan_peak)
     return 0;
   int64_t collective =
       &ddpc_memory_plan_collective ? ddpc_memory_plan_collective : 0;
-  return ddpc_memory_plan_peak - (world > 1 ? 0 : collective);
+  int64_t peak = ddpc_memory_plan_peak - (world > 1 ? 0 : collective);
+  if (zeroStage1() && &ddpc_memory_plan_optimizer)
+    peak += zeroBytes - ddpc_memory_plan_optimizer;
+  return peak;
 }
 
 constexpr int32_t kOnnxInt32 = 6;
@@ -990,6 +1008,12 @@ struct TrainRun {
   // half, then the halves swap; cp, cb, cg, co are the current halves.
   TensorSet paramSets[2], bufferSets[2], gradSets[2], optSets[2];
   int cp = 0, cb = 0, cg = 0, co = 0;
+  // ZeRO stage 1: this rank's slice of the optimizer state (optSets stay
+  // empty), its allocated bytes, and a checkpoint's whole state (rank 0,
+  // --resume) until it is scattered.
+  std::unique_ptr<ZeroStage1> zero;
+  int64_t zeroBytes = 0;
+  std::vector<std::vector<float>> resumedState;
   Position pos;
   const bool resumed = !opt.resume.empty();
   // The step's learning rate (--lr-schedule at the step's index) and the
@@ -1115,7 +1139,17 @@ struct TrainRun {
       paramSets[h].allocate(params);
       bufferSets[h].allocate(buffers);
       gradSets[h].allocate(params);
-      optSets[h].allocate(slots);
+      if (!zeroStage1())
+        optSets[h].allocate(slots);
+    }
+    if (zeroStage1()) {
+      std::vector<int64_t> numels;
+      for (const TensorInfo &t : params)
+        numels.push_back(t.numel);
+      zero =
+          std::make_unique<ZeroStage1>(numels, S, ddpc_zero_chunk, world, rank);
+      zeroBytes = ZeroStage1::allocatedBytes(numels, S, ddpc_zero_chunk, world,
+                                             kBufferAlignment);
     }
     for (int32_t i = 0; i < P; ++i)
       std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
@@ -1185,13 +1219,17 @@ struct TrainRun {
                        got[i].name + "' " + formatShape(got[i].shape) +
                        ", expected '" + want[i].name + "' " +
                        formatShape(want[i].shape));
-            std::memcpy(dst.tensors[i].ptr, got[i].values.data(),
-                        want[i].numel * sizeof(float));
+            if (!dst.tensors.empty())
+              std::memcpy(dst.tensors[i].ptr, got[i].values.data(),
+                          want[i].numel * sizeof(float));
           }
         };
     checkSection("parameters", c.params, params, paramSets[0]);
     checkSection("buffers", c.buffers, buffers, bufferSets[0]);
     checkSection("optimizer state tensors", c.optState, slots, optSets[0]);
+    if (zero)
+      for (CheckpointTensor &t : c.optState)
+        resumedState.push_back(std::move(t.values));
     if (c.stepInEpoch < 0 || c.stepInEpoch >= stepsPerEp || c.epoch < 0)
       mismatch("position epoch " + std::to_string(c.epoch) + " step " +
                std::to_string(c.stepInEpoch) + " is outside this data set (" +
@@ -1221,11 +1259,15 @@ struct TrainRun {
       broadcastBytes(bufferSets[0].tensors[i].ptr,
                      buffers[i].numel * sizeof(float),
                      "broadcast of the initial buffers");
-    if (resumed)
+    if (resumed && zero) {
+      zero->scatterState(resumedState);
+      resumedState.clear();
+    } else if (resumed) {
       for (size_t i = 0; i < slots.size(); ++i)
         broadcastBytes(optSets[0].tensors[i].ptr,
                        slots[i].numel * sizeof(float),
                        "broadcast of the optimizer state");
+    }
   }
 
   /// The run's settings, the banner and the --log-json file.
@@ -1301,7 +1343,11 @@ struct TrainRun {
 
   /// Checkpoints and --save never hold non-finite weights, whatever
   /// --nan-policy says: the job ends instead, naming the tensor.
-  void requireFiniteWeights(const std::string &what) {
+  /// `zeroState`: at ZeRO stage 1 the whole optimizer state (gatherState),
+  /// else unused.
+  void requireFiniteWeights(
+      const std::string &what,
+      const std::vector<std::vector<float>> *zeroState = nullptr) {
     auto scan = [&](const char *kind, const std::vector<TensorInfo> &infos,
                     const TensorSet &set) {
       for (size_t i = 0; i < infos.size(); ++i) {
@@ -1329,14 +1375,27 @@ struct TrainRun {
     };
     scan("parameter", params, paramSets[cp]);
     scan("buffer", buffers, bufferSets[cb]);
-    scan("optimizer state", slots, optSets[co]);
+    if (!zero) {
+      scan("optimizer state", slots, optSets[co]);
+    } else if (zeroState) {
+      TensorSet view; // non-owning: released below
+      for (const std::vector<float> &v : *zeroState)
+        view.tensors.emplace_back().ptr = const_cast<float *>(v.data());
+      scan("optimizer state", slots, view);
+      for (Aligned &t : view.tensors)
+        t.ptr = nullptr;
+    }
   }
 
   /// --checkpoint, written by rank 0.
   void writeCheckpointFile() {
+    // ZeRO stage 1: the whole state on rank 0, from every rank's slice.
+    std::vector<std::vector<float>> zeroState;
+    if (zero)
+      zero->gatherState(zeroState);
     if (rank != 0)
       return;
-    requireFiniteWeights("the checkpoint");
+    requireFiniteWeights("the checkpoint", &zeroState);
     Checkpoint c;
     c.modelName = ddpc_model_name ? ddpc_model_name : "";
     c.optimizerDesc = ddpc_optimizer_desc ? ddpc_optimizer_desc : "";
@@ -1362,7 +1421,12 @@ struct TrainRun {
     };
     add(c.params, params, paramSets[cp]);
     add(c.buffers, buffers, bufferSets[cb]);
-    add(c.optState, slots, optSets[co]);
+    if (zero)
+      for (size_t i = 0; i < slots.size(); ++i)
+        c.optState.push_back(
+            {slots[i].name, slots[i].shape, zeroState[i].data(), {}});
+    else
+      add(c.optState, slots, optSets[co]);
     std::string err;
     if (!writeCheckpoint(opt.checkpoint, c, err))
       fatalError(err);
@@ -1574,6 +1638,18 @@ struct TrainRun {
     // Clipping scales the averaged gradient: one factor more in grad_scale.
     *scaleArg.f() = gradScale * clipCoef;
     *static_cast<int64_t *>(stepArg.ptr) = pos.optimizerSteps;
+    if (zero) {
+      std::vector<float *> p, g, np;
+      for (int32_t i = 0; i < P; ++i) {
+        p.push_back(paramSets[cp].tensors[i].f());
+        g.push_back(gradSets[cg].tensors[i].f());
+        np.push_back(paramSets[1 - cp].tensors[i].f());
+      }
+      zero->step(p, g, np, lrArg.ptr, stepArg.ptr, scaleArg.ptr,
+                 ddpc_apply_shard);
+      cp = 1 - cp;
+      return;
+    }
     size_t a = 0;
     for (int32_t i = 0; i < P; ++i)
       applyArgs[a++] = paramSets[cp].tensors[i].ptr;
@@ -1648,7 +1724,7 @@ struct TrainRun {
             ",\"grad_norm\":", jsonNumber(gradNorm).c_str(), extra.c_str(),
             skipped ? ",\"skipped\":true" : "",
             static_cast<long long>(peakAllocatedBytes()),
-            static_cast<long long>(plannedPeak(world)));
+            static_cast<long long>(plannedPeak(world, zeroBytes)));
         std::fflush(logFile);
       }
       bool show = !opt.quiet && (tty || pos.stepInEpoch % progressEvery == 0) &&
@@ -1761,7 +1837,7 @@ struct TrainRun {
                   static_cast<long long>(pos.stepInEpoch),
                   static_cast<long long>(stepsPerEp));
     if (rank == 0 && !opt.quiet) {
-      int64_t plan = plannedPeak(world);
+      int64_t plan = plannedPeak(world, zeroBytes);
       std::printf("peak memory %s on rank 0%s\n",
                   formatBytes(peakAllocatedBytes()).c_str(),
                   plan ? (" (plan " + formatBytes(plan) + ")").c_str() : "");

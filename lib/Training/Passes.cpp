@@ -119,6 +119,7 @@ struct BuildTrainingStepPass
     options.beta1 = beta1;
     options.beta2 = beta2;
     options.eps = eps;
+    options.zeroStage = zeroStage;
     if (std::string bad = options.validate(); !bad.empty()) {
       module.emitError(bad);
       return signalPassFailure();
@@ -198,6 +199,7 @@ toBuildTrainingStepPassOptions(const TrainOptions &options) {
   o.beta1 = options.beta1;
   o.beta2 = options.beta2;
   o.eps = options.eps;
+  o.zeroStage = options.zeroStage;
   return o;
 }
 

@@ -510,41 +510,31 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
   return success();
 }
 
-/// @apply(params, opt_state, grad_acc, lr, step, grad_scale)
-///     -> (new_params, new_opt_state): the optimizer step (Optimizers.cpp)
-/// on the averaged gradients. Fails for an unknown --optimizer.
-LogicalResult buildApply(OpBuilder &b, Location loc, const StepSignature &sig,
-                         const TrainOptions &opts, TrainingProgramInfo &info,
-                         std::string &error) {
-  unsigned P = sig.numParams();
-  const SmallVector<Type> &paramTypes = sig.paramTypes;
+/// `@name(params, opt_state, grad_acc, lr, step, grad_scale) ->
+/// (new_params, new_opt_state)`: `optimizer` (Optimizers.cpp) on the
+/// averaged gradients of parameters of `types` named `names`.
+void buildApplyFunction(OpBuilder &b, Location loc, StringRef name,
+                        ArrayRef<Type> types, ArrayRef<std::string> names,
+                        const Optimizer &optimizer, const TrainOptions &opts) {
+  unsigned P = types.size();
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   auto scalarF = RankedTensorType::get({}, f32);
   auto scalarI = RankedTensorType::get({}, i64);
-  const Optimizer *optimizer = findOptimizer(opts.optimizer);
-  if (!optimizer) {
-    error = "unknown --optimizer '" + opts.optimizer +
-            "' (supported: " + optimizerNames(", ") + ")";
-    return failure();
-  }
-  int S = optimizer->stateSlots(opts);
-  info.optSlots = S;
-  info.optimizerDesc = optimizer->describe(opts);
+  int S = optimizer.stateSlots(opts);
   SmallVector<Type> ins, outs;
-  ins.append(paramTypes);
-  for (Type t : paramTypes)
+  ins.append(types.begin(), types.end());
+  for (Type t : types)
     for (int s = 0; s < S; ++s)
       ins.push_back(t);
-  ins.append(paramTypes);
+  ins.append(types.begin(), types.end());
   ins.push_back(scalarF);
   ins.push_back(scalarI);
   ins.push_back(scalarF);
-  outs.append(paramTypes);
-  for (Type t : paramTypes)
+  outs.append(types.begin(), types.end());
+  for (Type t : types)
     for (int s = 0; s < S; ++s)
       outs.push_back(t);
-  auto fn =
-      func::FuncOp::create(b, loc, kApplyFunc, b.getFunctionType(ins, outs));
+  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(ins, outs));
   Block *entry = fn.addEntryBlock();
   OpBuilder fb = OpBuilder::atBlockBegin(entry);
   unsigned base = P + P * S;
@@ -563,28 +553,58 @@ LogicalResult buildApply(OpBuilder &b, Location loc, const StepSignature &sig,
            });
     ValueRange state = entry->getArguments().slice(P + S * j, S);
     newParams.push_back(
-        optimizer->update(fb, loc, opts, p, g, state, lr, step, newState));
+        optimizer.update(fb, loc, opts, p, g, state, lr, step, newState));
   }
   SmallVector<Value> results(newParams);
   results.append(newState);
   func::ReturnOp::create(fb, loc, results);
   SmallVector<std::string> argNames, stateNames;
-  for (const auto &s : info.params)
-    argNames.push_back(s.name);
-  for (const auto &s : info.params)
+  argNames.append(names.begin(), names.end());
+  for (const std::string &n : names)
     for (int k = 0; k < S; ++k)
-      stateNames.push_back(optimizer->slotNames[k] + s.name);
+      stateNames.push_back(optimizer.slotNames[k] + n);
   argNames.append(stateNames.begin(), stateNames.end());
-  for (const auto &s : info.params)
-    argNames.push_back("grad_acc." + s.name);
+  for (const std::string &n : names)
+    argNames.push_back("grad_acc." + n);
   argNames.append({"lr", "step", "grad_scale"});
   SmallVector<std::string> resNames;
-  for (const auto &s : info.params)
-    resNames.push_back("new." + s.name);
+  for (const std::string &n : names)
+    resNames.push_back("new." + n);
   for (const auto &n : stateNames)
     resNames.push_back("new." + n);
   setNames(fn, argNames, resNames);
   markHostShared(fn, /*lr, step, grad_scale*/ 3, 0);
+}
+
+/// @apply(params, opt_state, grad_acc, lr, step, grad_scale)
+///     -> (new_params, new_opt_state): the optimizer step (Optimizers.cpp)
+/// on the averaged gradients; at ZeRO stage 1 also @apply_shard, the same
+/// step on one flat chunk of info.zeroChunk float32 elements (the update is
+/// elementwise, so a rank's slice of the concatenated parameters is updated
+/// chunk by chunk). Fails for an unknown --optimizer.
+LogicalResult buildApply(OpBuilder &b, Location loc, const StepSignature &sig,
+                         const TrainOptions &opts, TrainingProgramInfo &info,
+                         std::string &error) {
+  const Optimizer *optimizer = findOptimizer(opts.optimizer);
+  if (!optimizer) {
+    error = "unknown --optimizer '" + opts.optimizer +
+            "' (supported: " + optimizerNames(", ") + ")";
+    return failure();
+  }
+  info.optSlots = optimizer->stateSlots(opts);
+  info.optimizerDesc = optimizer->describe(opts);
+  SmallVector<std::string> names;
+  for (const auto &s : info.params)
+    names.push_back(s.name);
+  buildApplyFunction(b, loc, kApplyFunc, sig.paramTypes, names, *optimizer,
+                     opts);
+  info.zeroStage = opts.zeroStage;
+  if (opts.zeroStage >= 1) {
+    Type chunk = RankedTensorType::get({info.zeroChunk}, b.getF32Type());
+    SmallVector<std::string> shard = {"shard"};
+    buildApplyFunction(b, loc, kApplyShardFunc, {chunk}, shard, *optimizer,
+                       opts);
+  }
   return success();
 }
 

@@ -222,7 +222,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
     "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
     "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
-    "zero_stage": 0,  # ZeRO stage: only 0 so far (CLI: --zero-stage)
+    "zero_stage": 0,  # ZeRO stage: 0, or 1 (optimizer state sharded; CLI: --zero-stage)
     "remat": "off",  # rematerialization: only off so far (CLI: --remat)
     "memory_budget": None,  # per-rank bytes, e.g. "4GiB", 512 * 2**20 (CLI: --memory-budget)
 }

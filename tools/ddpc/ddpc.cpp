@@ -254,7 +254,10 @@ static cl::opt<std::string> memoryBudget(
 static cl::opt<std::string>
     zeroStage("zero-stage",
               cl::desc("ZeRO stage: 0 (every rank keeps the whole state; "
-                       "default). 1, 2, 3 and auto are planned"),
+                       "default) or 1 (each rank keeps and updates "
+                       "1/world-size of the optimizer state, then the "
+                       "parameters are all-gathered; cpu and cuda-emulate "
+                       "targets). 2, 3 and auto are planned"),
               cl::init("0"), cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<std::string>
     remat("remat",
@@ -334,6 +337,8 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
     os << "  memory plan per rank: peak " << ddpc::formatBytes(peak) << " ("
        << peak << " bytes) in " << m->getString("peak_function").value_or("")
        << " at " << m->getString("peak_op").value_or("") << "\n";
+    if (std::optional<llvm::StringRef> note = m->getString("zero_note"))
+      os << "    " << *note << "\n";
     os << "    category             bytes        share\n";
     if (const json::Array *cats = m->getArray("categories"))
       for (const json::Value &v : *cats) {

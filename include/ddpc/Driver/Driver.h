@@ -63,9 +63,11 @@ struct CompileOptions {
   /// Analysis/MemoryPlan.h); empty: unlimited. A memory plan whose
   /// predicted peak exceeds it fails the compile (kCompileError).
   std::string memoryBudget;
-  /// `--zero-stage` and `--remat` (issue 20): only "0" (every rank keeps
-  /// the whole state) and "off" (every saved activation is kept) are
-  /// implemented; 1, 2, 3, auto and remat auto are refused as planned.
+  /// `--zero-stage` and `--remat` (issue 20): "0" (every rank keeps the
+  /// whole state), "1" (ZeRO stage 1, the optimizer state sharded over the
+  /// ranks; CPU and cuda-emulate targets) and "off" (every saved
+  /// activation is kept) are implemented; 2, 3, auto and remat auto are
+  /// refused as planned.
   std::string zeroStage = "0", remat = "off";
   EmitKind emit = EmitKind::Executable;
   ImportOptions import;

@@ -75,6 +75,12 @@ void setGradientSync(bool on);
 /// size is 1.
 void broadcastBytes(void *data, int64_t bytes, const char *what);
 
+/// Gathers `bytes` bytes (at most 2^31 - 1) from every rank: rank q's
+/// `send` lands at `recv + q * bytes` on every rank (MPI_Iallgather; ZeRO
+/// stage 1's parameter all-gather). A copy when the world size is 1.
+void allgatherBytes(const void *send, void *recv, int64_t bytes,
+                    const char *what);
+
 /// Waits until every rank has arrived (MPI_Ibarrier, same watchdog).
 void barrier(const char *what);
 

@@ -87,10 +87,13 @@ constexpr llvm::StringLiteral kTrainMicroFunc = "train_micro";
 constexpr llvm::StringLiteral kApplyFunc = "apply";
 constexpr llvm::StringLiteral kEvalFunc = "eval";
 constexpr llvm::StringLiteral kGradNormFunc = "grad_norm";
+/// ZeRO stage 1: the optimizer on one flat chunk of a rank's slice.
+constexpr llvm::StringLiteral kApplyShardFunc = "apply_shard";
 constexpr llvm::StringLiteral kTrainMicroGlue = "ddpc_train_micro";
 constexpr llvm::StringLiteral kApplyGlue = "ddpc_apply";
 constexpr llvm::StringLiteral kEvalGlue = "ddpc_eval";
 constexpr llvm::StringLiteral kGradNormGlue = "ddpc_grad_norm";
+constexpr llvm::StringLiteral kApplyShardGlue = "ddpc_apply_shard";
 
 //===----------------------------------------------------------------------===//
 // Glue data: the tables the generated C glue defines (lib/Driver/Glue.cpp)
@@ -145,6 +148,10 @@ constexpr llvm::StringLiteral kGlueLabelRank = "ddpc_label_rank";
 constexpr llvm::StringLiteral kGlueLabelShape = "ddpc_label_shape";
 constexpr llvm::StringLiteral kGlueIsClassification = "ddpc_is_classification";
 constexpr llvm::StringLiteral kGlueNumClasses = "ddpc_num_classes";
+/// ZeRO (TrainABI.h): the stage (int32_t) and, at stage 1, the float32
+/// elements of one ddpc_apply_shard chunk (int64_t).
+constexpr llvm::StringLiteral kGlueZeroStage = "ddpc_zero_stage";
+constexpr llvm::StringLiteral kGlueZeroChunk = "ddpc_zero_chunk";
 
 /// Training programs: the memory plan's predicted per-rank peak in bytes,
 /// and the part of it that is gradient-bucket staging memory, which the CPU
@@ -154,6 +161,10 @@ constexpr llvm::StringLiteral kGlueNumClasses = "ddpc_num_classes";
 constexpr llvm::StringLiteral kGlueMemoryPlanPeak = "ddpc_memory_plan_peak";
 constexpr llvm::StringLiteral kGlueMemoryPlanCollective =
     "ddpc_memory_plan_collective";
+/// The plan's optimizer-state bytes at one rank: at ZeRO stage 1 the
+/// runtime replaces them with its slice at the world size it runs at.
+constexpr llvm::StringLiteral kGlueMemoryPlanOptimizer =
+    "ddpc_memory_plan_optimizer";
 
 /// CUDA programs: the contractions' math (const int32_t): 0 = float32
 /// (--precision fp32), 1 = TF32 tensor-core math allowed (--precision

@@ -32,7 +32,9 @@ def BuildTrainingStepPass : Pass<"ddpc-build-training-step", "mlir::ModuleOp"> {
     (Autodiff.h). The optimizers follow torch.optim.SGD and torch.optim.AdamW
     (Loshchilov & Hutter, ICLR 2019) with the same defaults as `ddpc compile`.
     The learning rate is an argument of @apply, so `lr` only sets what the
-    driver reports. Fails with one error on the module naming what is
+    driver reports. With `zero-stage=1` it also builds `@apply_shard`, the
+    same update on one flat chunk of parameters, gradients and state
+    (ZeRO stage 1: the runtime updates only its rank's slice). Fails with one error on the module naming what is
     missing or unsupported (e.g. "no VJP rule for 'x' (node 'n')").
   }];
   let dependentDialects = [
@@ -60,7 +62,9 @@ def BuildTrainingStepPass : Pass<"ddpc-build-training-step", "mlir::ModuleOp"> {
            "Weight decay (L2 for SGD, decoupled for AdamW)">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
-    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"zeroStage", "zero-stage", "int64_t", /*default=*/"0",
+           "ZeRO stage: 0, or 1 (also build @apply_shard, the optimizer on one flat chunk of a rank's slice)">
   ];
 }
 

@@ -41,6 +41,12 @@ struct TrainOptions {
   /// Gradient allreduce bucket cap in MiB (PyTorch DDP's bucket_cap_mb;
   /// ddpc-bucket-gradient-allreduce). Must be > 0.
   double bucketCapMB = 25.0;
+  /// ZeRO stage (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+  /// Training Trillion Parameter Models", SC'20, sec. 5.1): 0, every rank
+  /// keeps the whole optimizer state; 1, the step also gets @apply_shard
+  /// and each rank keeps and updates a 1/world-size slice of the state,
+  /// then all-gathers the parameters (TrainABI.h ddpc_apply_shard).
+  int64_t zeroStage = 0;
 
   /// Checks the values, as torch.optim does plus finiteness (the numbers
   /// become float32 constants): the loss and optimizer names; no SGD
@@ -48,10 +54,10 @@ struct TrainOptions {
   /// (betas, eps other than their defaults) with SGD; lr, momentum,
   /// weight decay and eps finite float32 >= 0; dampening finite; nesterov
   /// with momentum > 0 and dampening 0; betas in [0, 1); at least one
-  /// micro-batch per step; a positive finite bucket cap. Returns "" or one
-  /// line naming the CLI flag and the TrainConfig field, e.g. "--lr
-  /// (TrainConfig.lr) must be a finite float32 >= 0, got inf". The CLI, the
-  /// driver, ddpc-build-training-step and Python's TrainConfig all call it.
+  /// micro-batch per step; a positive finite bucket cap; ZeRO stage 0 or 1.
+  /// Returns "" or one line naming the CLI flag and the TrainConfig field, e.g.
+  /// "--lr (TrainConfig.lr) must be a finite float32 >= 0, got inf". The CLI,
+  /// the driver, ddpc-build-training-step and Python's TrainConfig all call it.
   std::string validate() const;
 };
 

@@ -38,6 +38,12 @@ struct TrainingProgramInfo {
   std::vector<State> params, buffers;
   /// Optimizer state slots per parameter (TrainABI.h).
   int optSlots = 0;
+  /// ZeRO stage (TrainOptions::zeroStage) and the float32 elements of the
+  /// chunk @apply_shard updates (16 KiB: small enough that padding a slice
+  /// to whole chunks costs little, large enough that a call per chunk does
+  /// not).
+  int64_t zeroStage = 0;
+  int64_t zeroChunk = 4096;
   std::string optimizerDesc;
   int64_t batchSize = 0;
   /// The data inputs, in graph-input order (every graph input but the

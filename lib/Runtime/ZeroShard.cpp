@@ -1,0 +1,227 @@
+//===- ZeroShard.cpp - ZeRO stage 1 optimizer-state sharding --------------===//
+//
+// Part of the training runtime. See ZeroShard.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ZeroShard.h"
+
+#include "ddpc/Runtime/Collectives.h"
+#include "ddpc/Runtime/Memory.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace ddpc {
+namespace runtime {
+
+namespace {
+
+/// The most bytes one all-gather receives (the gather buffer's size).
+constexpr int64_t kGatherBytes = int64_t(1) << 20;
+
+struct Layout {
+  int64_t total = 0, slice = 0, groupChunks = 1;
+};
+
+Layout layoutOf(const std::vector<int64_t> &numels, int64_t chunk, int world) {
+  Layout l;
+  for (int64_t n : numels)
+    l.total += n;
+  int64_t perRank = (l.total + world - 1) / world;
+  l.slice = std::max<int64_t>(1, (perRank + chunk - 1) / chunk) * chunk;
+  int64_t chunks = l.slice / chunk;
+  l.groupChunks = std::clamp<int64_t>(
+      kGatherBytes / (static_cast<int64_t>(sizeof(float)) * world * chunk), 1,
+      chunks);
+  return l;
+}
+
+float *allocateFloats(int64_t n) {
+  void *p = allocateBuffer(static_cast<size_t>(n) * sizeof(float));
+  if (!p)
+    fatalError("out of memory allocating " +
+               std::to_string(n * static_cast<int64_t>(sizeof(float))) +
+               " bytes for the ZeRO stage 1 optimizer state");
+  return static_cast<float *>(p);
+}
+
+int64_t rounded(int64_t bytes, int64_t alignment) {
+  bytes = std::max<int64_t>(bytes, 1);
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+} // namespace
+
+ZeroStage1::ZeroStage1(std::vector<int64_t> numelsIn, int slots, int64_t chunk,
+                       int world, int rank)
+    : numels(std::move(numelsIn)), slots(slots), chunk(chunk), world(world),
+      rank(rank) {
+  Layout l = layoutOf(numels, chunk, world);
+  total = l.total;
+  slice = l.slice;
+  groupChunks = l.groupChunks;
+  int64_t offset = 0;
+  for (int64_t n : numels) {
+    offsets.push_back(offset);
+    offset += n;
+  }
+  for (int s = 0; s < slots; ++s) {
+    state.push_back(allocateFloats(slice));
+    newState.push_back(allocateFloats(chunk));
+  }
+  paramChunk = allocateFloats(chunk);
+  gradChunk = allocateFloats(chunk);
+  send = allocateFloats(groupChunks * chunk);
+  recv = allocateFloats(world * groupChunks * chunk);
+}
+
+ZeroStage1::~ZeroStage1() {
+  for (float *p : state)
+    freeBuffer(p);
+  for (float *p : newState)
+    freeBuffer(p);
+  for (float *p : {paramChunk, gradChunk, send, recv})
+    freeBuffer(p);
+}
+
+int64_t ZeroStage1::allocatedBytes(const std::vector<int64_t> &numels,
+                                   int slots, int64_t chunk, int world,
+                                   int64_t alignment) {
+  Layout l = layoutOf(numels, chunk, world);
+  auto floats = [&](int64_t n) {
+    return rounded(n * static_cast<int64_t>(sizeof(float)), alignment);
+  };
+  return slots * (floats(l.slice) + floats(chunk)) + 2 * floats(chunk) +
+         floats(l.groupChunks * chunk) + floats(world * l.groupChunks * chunk);
+}
+
+void ZeroStage1::packFlat(const std::vector<const float *> &tensors,
+                          int64_t begin, int64_t n, float *dst) const {
+  int64_t end = begin + n;
+  // The first parameter that ends after `begin`.
+  size_t i =
+      std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin();
+  i = i ? i - 1 : 0;
+  int64_t at = begin;
+  for (; i < numels.size() && at < end; ++i) {
+    int64_t lo = std::max(at, offsets[i]);
+    int64_t hi = std::min(end, offsets[i] + numels[i]);
+    if (hi <= lo)
+      continue;
+    std::memcpy(dst + (lo - begin), tensors[i] + (lo - offsets[i]),
+                static_cast<size_t>(hi - lo) * sizeof(float));
+    at = hi;
+  }
+  // Past the last parameter: padding.
+  if (at < end)
+    std::memset(dst + (at - begin), 0,
+                static_cast<size_t>(end - at) * sizeof(float));
+}
+
+void ZeroStage1::unpackFlat(const float *src, int64_t begin, int64_t n,
+                            const std::vector<float *> &tensors) const {
+  int64_t end = std::min(begin + n, total);
+  size_t i =
+      std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin();
+  i = i ? i - 1 : 0;
+  for (; i < numels.size() && offsets[i] < end; ++i) {
+    int64_t lo = std::max(begin, offsets[i]);
+    int64_t hi = std::min(end, offsets[i] + numels[i]);
+    if (hi > lo)
+      std::memcpy(tensors[i] + (lo - offsets[i]), src + (lo - begin),
+                  static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+void ZeroStage1::step(const std::vector<float *> &params,
+                      const std::vector<float *> &grads,
+                      const std::vector<float *> &newParams, void *lr,
+                      void *stepArg, void *gradScale,
+                      void (*applyShard)(void **)) {
+  std::vector<const float *> p(params.begin(), params.end());
+  std::vector<const float *> g(grads.begin(), grads.end());
+  // ddpc_apply_shard's arguments (TrainABI.h).
+  std::vector<void *> args(2 * slots + 6);
+  int64_t chunks = slice / chunk;
+  for (int64_t g0 = 0; g0 < chunks; g0 += groupChunks) {
+    int64_t gn = std::min(groupChunks, chunks - g0);
+    for (int64_t j = g0; j < g0 + gn; ++j) {
+      int64_t begin = rank * slice + j * chunk;
+      packFlat(p, begin, chunk, paramChunk);
+      packFlat(g, begin, chunk, gradChunk);
+      size_t a = 0;
+      args[a++] = paramChunk;
+      for (int s = 0; s < slots; ++s)
+        args[a++] = state[s] + j * chunk;
+      args[a++] = gradChunk;
+      args[a++] = lr;
+      args[a++] = stepArg;
+      args[a++] = gradScale;
+      args[a++] = send + (j - g0) * chunk;
+      for (int s = 0; s < slots; ++s)
+        args[a++] = newState[s];
+      applyShard(args.data());
+      for (int s = 0; s < slots; ++s)
+        std::memcpy(state[s] + j * chunk, newState[s],
+                    static_cast<size_t>(chunk) * sizeof(float));
+    }
+    int64_t n = gn * chunk;
+    allgatherBytes(send, recv, n * static_cast<int64_t>(sizeof(float)),
+                   "all-gather of the parameters (ZeRO stage 1)");
+    for (int q = 0; q < world; ++q)
+      unpackFlat(recv + q * n, q * slice + g0 * chunk, n, newParams);
+  }
+}
+
+void ZeroStage1::gatherState(std::vector<std::vector<float>> &out) {
+  out.clear();
+  if (rank == 0)
+    for (int64_t n : numels)
+      for (int s = 0; s < slots; ++s)
+        out.emplace_back(static_cast<size_t>(n), 0.0f);
+  int64_t chunks = slice / chunk;
+  for (int s = 0; s < slots; ++s) {
+    std::vector<float *> dst;
+    if (rank == 0)
+      for (size_t i = 0; i < numels.size(); ++i)
+        dst.push_back(out[i * slots + s].data());
+    for (int64_t g0 = 0; g0 < chunks; g0 += groupChunks) {
+      int64_t n = std::min(groupChunks, chunks - g0) * chunk;
+      allgatherBytes(state[s] + g0 * chunk, recv,
+                     n * static_cast<int64_t>(sizeof(float)),
+                     "all-gather of the optimizer state (ZeRO stage 1)");
+      if (rank == 0)
+        for (int q = 0; q < world; ++q)
+          unpackFlat(recv + q * n, q * slice + g0 * chunk, n, dst);
+    }
+  }
+}
+
+void ZeroStage1::scatterState(const std::vector<std::vector<float>> &full) {
+  // Rank 0 broadcasts the flat state piece by piece (the gather buffer's
+  // size); every rank keeps what falls in its slice.
+  int64_t piece = world * groupChunks * chunk, padded = world * slice;
+  for (int s = 0; s < slots; ++s) {
+    std::vector<const float *> src;
+    if (rank == 0)
+      for (size_t i = 0; i < numels.size(); ++i)
+        src.push_back(full[i * slots + s].data());
+    for (int64_t begin = 0; begin < padded; begin += piece) {
+      int64_t n = std::min(piece, padded - begin);
+      if (rank == 0)
+        packFlat(src, begin, n, recv);
+      broadcastBytes(recv, n * static_cast<int64_t>(sizeof(float)),
+                     "broadcast of the optimizer state (ZeRO stage 1)");
+      int64_t lo = std::max(begin, rank * slice);
+      int64_t hi = std::min(begin + n, (rank + 1) * slice);
+      if (hi > lo)
+        std::memcpy(state[s] + (lo - rank * slice), recv + (lo - begin),
+                    static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+  }
+}
+
+} // namespace runtime
+} // namespace ddpc

@@ -1,0 +1,94 @@
+//===- ZeroShard.h - ZeRO stage 1 optimizer-state sharding ------*- C++ -*-===//
+//
+// Part of the training runtime (TrainMain.cpp). ZeRO stage 1 (Rajbhandari
+// et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+// Models", SC'20, sec. 5.1, P_os): the parameters, concatenated in TrainABI
+// order into one flat float32 vector of `total` elements and padded with
+// zeros to N * S elements (N the world size, S the slice: the smallest
+// multiple of the chunk C of ddpc_apply_shard with N * S >= total), are
+// split into N contiguous slices; rank r keeps the optimizer state of
+// slice r only (slots x S floats instead of slots x total x 2 halves).
+// Each step every rank runs ddpc_apply_shard on its slice, chunk by chunk,
+// on the full (allreduced) gradients, then the new parameters are
+// all-gathered (MPI_Iallgather, in groups of chunks of at most 1 MiB per
+// gather). The optimizer update is elementwise, so the result is the
+// stage-0 update of every element.
+//
+// Checkpoints hold the whole state: gatherState assembles it on rank 0,
+// scatterState hands each rank its slice of a checkpoint's. Host memory
+// only (the CPU and cuda-emulate targets).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DDPC_LIB_RUNTIME_ZEROSHARD_H
+#define DDPC_LIB_RUNTIME_ZEROSHARD_H
+
+#include <cstdint>
+#include <vector>
+
+namespace ddpc {
+namespace runtime {
+
+class ZeroStage1 {
+public:
+  /// The layout for parameters of `numels` elements, `slots` state slots
+  /// per parameter, chunks of `chunk` floats, on rank `rank` of `world`.
+  /// Allocates the state slices (zero) and the chunk and gather buffers
+  /// with allocateBuffer (Memory.h), so that they are counted.
+  ZeroStage1(std::vector<int64_t> numels, int slots, int64_t chunk, int world,
+             int rank);
+  ~ZeroStage1();
+  ZeroStage1(const ZeroStage1 &) = delete;
+  ZeroStage1 &operator=(const ZeroStage1 &) = delete;
+
+  /// Floats of one rank's slice (S, a multiple of the chunk).
+  int64_t sliceElements() const { return slice; }
+
+  /// The bytes a rank allocates for the layout (state slices, chunk and
+  /// gather buffers, each rounded to `alignment`), as the constructor does.
+  static int64_t allocatedBytes(const std::vector<int64_t> &numels, int slots,
+                                int64_t chunk, int world, int64_t alignment);
+
+  /// One optimizer step: ddpc_apply_shard (`applyShard`, TrainABI.h) on
+  /// this rank's slice of `params` and `grads` (P full tensors each; the
+  /// gradients already summed over ranks), with the scalars `lr`, `step`
+  /// and `gradScale` (host-shared), then the all-gather of the new
+  /// parameters into `newParams` (P tensors, distinct from `params`).
+  /// Collective: every rank calls it.
+  void step(const std::vector<float *> &params,
+            const std::vector<float *> &grads,
+            const std::vector<float *> &newParams, void *lr, void *step,
+            void *gradScale, void (*applyShard)(void **));
+
+  /// The whole state, in TrainABI order (parameter i, slot s at
+  /// [i * slots + s], numels[i] floats), into `out` on rank 0; `out` is
+  /// left empty elsewhere. Collective.
+  void gatherState(std::vector<std::vector<float>> &out);
+
+  /// This rank's slice of the whole state `full` (TrainABI order as in
+  /// gatherState), which only rank 0 reads. Collective.
+  void scatterState(const std::vector<std::vector<float>> &full);
+
+private:
+  /// Copies between the tensors `tensors` and the flat range [begin, begin
+  /// + n) of the concatenation (padding reads as zero, writes go nowhere).
+  void packFlat(const std::vector<const float *> &tensors, int64_t begin,
+                int64_t n, float *dst) const;
+  void unpackFlat(const float *src, int64_t begin, int64_t n,
+                  const std::vector<float *> &tensors) const;
+
+  std::vector<int64_t> numels, offsets;
+  int slots;
+  int64_t chunk, total = 0, slice = 0, groupChunks = 1;
+  int world, rank;
+  /// slots x slice floats of state; chunk buffers (parameters, gradients,
+  /// new state per slot); the gather's send and receive buffers.
+  std::vector<float *> state, newState;
+  float *paramChunk = nullptr, *gradChunk = nullptr;
+  float *send = nullptr, *recv = nullptr;
+};
+
+} // namespace runtime
+} // namespace ddpc
+
+#endif // DDPC_LIB_RUNTIME_ZEROSHARD_H
