@@ -55,7 +55,8 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
              bool runChecker, const std::string &dumpIRDir, bool verbose,
              bool vjp, const std::string &cudaArch, bool runtimeChecks,
              const std::string &precision, const std::string &memoryBudget,
-             const std::string &zeroStage, const std::string &remat) {
+             const std::string &zeroStage, const std::string &remat,
+             int64_t worldSize) {
   ddpc::CompileOptions options;
   options.inputPath = inputPath;
   options.outputPath = outputPath;
@@ -90,6 +91,7 @@ compileModel(const std::string &outputPath, ddpc::EmitKind emit,
   options.memoryBudget = memoryBudget;
   options.zeroStage = zeroStage;
   options.remat = remat;
+  options.worldSize = worldSize;
   if (!cudaArch.empty()) {
     std::string error;
     if (target != "cuda") {
@@ -196,20 +198,20 @@ NB_MODULE(_ddpc, m) {
       "'string' or 'list'.");
   m.def("supported_ops", &ddpc::supportedONNXOpTypes,
         "The ONNX op types (default domain) the importer registers, sorted.");
-  m.def("compile", &compileModel, "output_path"_a, "emit"_a,
-        "input_path"_a = "", "model_bytes"_a = nb::none(), "model_dir"_a = "",
-        "target"_a = "cpu", "dims"_a = std::map<std::string, int64_t>(),
-        "batch_size"_a = nb::none(),
-        "bound_inputs"_a = std::map<std::string, BoundInput>(),
-        "train"_a = nb::none(), "runtime_lib_dir"_a = "",
-        "capture_stages"_a = false, "cpu"_a = "native", "opt_level"_a = 3,
-        "fuse_elementwise"_a = true, "run_checker"_a = true,
-        "dump_ir_dir"_a = "", "verbose"_a = false, "vjp"_a = false,
-        "cuda_arch"_a = "", "runtime_checks"_a = true, "precision"_a = "fp32",
-        "memory_budget"_a = "", "zero_stage"_a = "0", "remat"_a = "off",
-        "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
-        "else from `input_path`. Returns (status, error, stages, report_json) "
-        "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "
-        "the one-line message. An empty `runtime_lib_dir` means the build's "
-        "DEFAULT_RUNTIME_LIB_DIR.");
+  m.def(
+      "compile", &compileModel, "output_path"_a, "emit"_a, "input_path"_a = "",
+      "model_bytes"_a = nb::none(), "model_dir"_a = "", "target"_a = "cpu",
+      "dims"_a = std::map<std::string, int64_t>(), "batch_size"_a = nb::none(),
+      "bound_inputs"_a = std::map<std::string, BoundInput>(),
+      "train"_a = nb::none(), "runtime_lib_dir"_a = "",
+      "capture_stages"_a = false, "cpu"_a = "native", "opt_level"_a = 3,
+      "fuse_elementwise"_a = true, "run_checker"_a = true, "dump_ir_dir"_a = "",
+      "verbose"_a = false, "vjp"_a = false, "cuda_arch"_a = "",
+      "runtime_checks"_a = true, "precision"_a = "fp32", "memory_budget"_a = "",
+      "zero_stage"_a = "", "remat"_a = "off", "world_size"_a = 0,
+      "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
+      "else from `input_path`. Returns (status, error, stages, report_json) "
+      "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "
+      "the one-line message. An empty `runtime_lib_dir` means the build's "
+      "DEFAULT_RUNTIME_LIB_DIR.");
 }

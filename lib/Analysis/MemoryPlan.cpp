@@ -10,6 +10,7 @@
 #include "ddpc/Analysis/CostModel.h"
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/RuntimeSymbols.h"
+#include "ddpc/Support/ZeroLayout.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -149,7 +150,14 @@ std::vector<SavedActivation> savedActivations(func::FuncOp func) {
         llvm::any_of(op->getUsers(),
                      [](Operation *u) { return isa<memref::ViewOp>(u); }))
       return;
-    out.push_back({producer, bytesOf(type)});
+    // One entry per producer: a node that writes several buffers (an
+    // output and its transposed copy) is one line of the report.
+    auto it = llvm::find_if(
+        out, [&](const SavedActivation &a) { return a.producer == producer; });
+    if (it == out.end())
+      out.push_back({producer, bytesOf(type), 1});
+    else
+      it->bytes += bytesOf(type), ++it->buffers;
   });
   llvm::stable_sort(out,
                     [](const SavedActivation &a, const SavedActivation &b) {
@@ -171,9 +179,20 @@ MemoryPlan computeMemoryPlan(ModuleOp module, const RuntimeFootprint &rt) {
   plan.parameters = rt.stateCopies * paramBytes;
   plan.gradients = rt.stateCopies * paramBytes;
   plan.optimizerState = rt.stateCopies * rt.optSlots * paramBytes;
+  plan.worldSize = rt.worldSize;
+  plan.zeroStage = rt.zeroStage;
+  if (rt.zeroStage == 1 && rt.worldSize > 0) {
+    std::vector<int64_t> numels;
+    for (int64_t b : rt.paramBytes)
+      numels.push_back(b / 4);
+    plan.optimizerState = zeroStage1Bytes(numels, rt.optSlots, rt.zeroChunk,
+                                          rt.worldSize, rt.bufferAlignment);
+  }
   plan.buffers = rt.stateCopies * bufferBytes;
-  // The gradient buckets' staging memory covers every gradient once.
-  plan.collectiveBuffers = rt.bucketStaging ? exactGradBytes : 0;
+  // The gradient buckets' staging memory covers every gradient once (with
+  // more than one rank).
+  plan.collectiveBuffers =
+      rt.bucketStaging && rt.worldSize != 1 ? exactGradBytes : 0;
   for (int64_t b : rt.batchBytes) {
     plan.dataBatches += buf(b);
     plan.stagingBuffers += rt.stagingSlots * buf(b);

@@ -109,7 +109,8 @@ private:
   CPUPipelineOptions pipeline;
   CompileReport report;
   int64_t memoryBudget = 0; // --memory-budget in bytes; 0: unlimited.
-  int64_t zeroStage = 0;    // --zero-stage, checked.
+  int64_t zeroStage = 0;    // --zero-stage, checked (kZeroStageAuto).
+  std::string zeroChoice;   // Why auto picked its stage.
   std::optional<MemoryPlan> memoryPlan;
 };
 
@@ -325,7 +326,9 @@ int Compilation::synthesize() {
           "training",
           [&](OpPassManager &pm) {
             TrainOptions train = options.train;
-            train.zeroStage = zeroStage;
+            // auto: @apply_shard is built so that the plan may pick 1.
+            train.zeroStage =
+                zeroStage == kZeroStageAuto ? (cuda ? 0 : 1) : zeroStage;
             pm.addPass(createBuildTrainingStepPass(
                 toBuildTrainingStepPassOptions(train), &trainInfo));
             pm.addPass(createCanonicalizerPass());
@@ -458,20 +461,79 @@ int Compilation::planMemory() {
     rt.allocGranule = 256;
     rt.bucketStaging = false;
   }
-  memoryPlan = computeMemoryPlan(*module, rt);
+  rt.worldSize = options.worldSize;
+  rt.zeroChunk = trainInfo.zeroChunk;
+  auto planAt = [&](int64_t stage) {
+    rt.zeroStage = stage;
+    return computeMemoryPlan(*module, rt);
+  };
+  const int64_t N = options.worldSize;
+  auto fits = [&](const MemoryPlan &p) {
+    return !memoryBudget || p.peak <= memoryBudget;
+  };
+  // "12.3 MiB", with the bytes when two sizes would print alike.
+  auto size = [](int64_t bytes, int64_t other) {
+    std::string s = formatBytes(bytes);
+    if (s == formatBytes(other))
+      s += " (" + std::to_string(bytes) + " bytes)";
+    return s;
+  };
+  if (zeroStage != kZeroStageAuto) {
+    memoryPlan = planAt(zeroStage);
+  } else {
+    // --zero-stage auto (issue 20): the lowest implemented stage whose plan
+    // fits; stage 1 adds an all-gather of the parameters every step.
+    MemoryPlan p0 = planAt(0);
+    zeroStage = 0;
+    if (!memoryBudget)
+      zeroChoice = "stage 0: no --memory-budget";
+    else if (fits(p0))
+      zeroChoice = "stage 0: its peak " + size(p0.peak, memoryBudget) +
+                   " fits --memory-budget " + size(memoryBudget, p0.peak);
+    memoryPlan = p0;
+    if (!fits(p0) && trainInfo.zeroStage == 1 && N > 1) {
+      MemoryPlan p1 = planAt(1);
+      if (fits(p1)) {
+        zeroStage = 1;
+        zeroChoice = "stage 1: stage 0 needs " + size(p0.peak, memoryBudget) +
+                     " > --memory-budget " + size(memoryBudget, p0.peak) +
+                     "; stage 1 needs " + size(p1.peak, memoryBudget) + " on " +
+                     std::to_string(N) + " ranks (optimizer state " +
+                     formatBytes(p0.optimizerState) + " -> " +
+                     formatBytes(p1.optimizerState) + ")";
+      }
+      memoryPlan = p1;
+    }
+  }
+  trainInfo.zeroStage = zeroStage; // the glue's ddpc_zero_stage
   report.memory = memoryPlan;
   report.zeroStage = zeroStage;
-  if (memoryBudget && memoryPlan->peak > memoryBudget) {
-    const MemoryPlan &plan = *memoryPlan;
-    error = "--memory-budget " + formatBytes(memoryBudget) +
-            " is below the predicted peak of " + formatBytes(plan.peak) +
-            " per rank (" + plan.largestCategories(4) + "; peak in " +
-            plan.peakFunction + " at " + plan.peakOp +
-            "): ZeRO sharding and rematerialization are not implemented "
-            "yet, so use a smaller --batch-size or a larger --memory-budget";
-    return kCompileError;
-  }
-  return kContinue;
+  report.zeroChoice = zeroChoice;
+  if (fits(*memoryPlan))
+    return kContinue;
+  const MemoryPlan &plan = *memoryPlan;
+  std::string where = " (" + plan.largestCategories(4) + "; peak in " +
+                      plan.peakFunction + " at " + plan.peakOp + ")";
+  std::string at = plan.zeroStage == 1 && N
+                       ? " at ZeRO stage 1 on " + std::to_string(N) + " ranks"
+                       : "";
+  // What would make it fit, the implemented options first.
+  std::string hint;
+  if (plan.zeroStage == 0 && plan.optimizerState && !cuda && N != 1)
+    hint = "; ZeRO stage 1 shards the " + formatBytes(plan.optimizerState) +
+           " of optimizer state over the ranks: add --zero-stage 1 (or "
+           "auto)" +
+           std::string(N ? "" : " with --world-size N");
+  else if (plan.zeroStage == 1 && !N)
+    hint = "; give --world-size N so that the plan counts each rank's "
+           "1/N of the optimizer state";
+  error = "--memory-budget " + size(memoryBudget, plan.peak) +
+          " is below the predicted peak of " + size(plan.peak, memoryBudget) +
+          " per rank" + at + where + hint +
+          "; ZeRO stages 2-3 and rematerialization are not implemented yet, "
+          "so use a smaller --batch-size or a --memory-budget of at least " +
+          std::to_string(plan.peak) + " bytes (" + formatBytes(plan.peak) + ")";
+  return kCompileError;
 }
 
 /// The object file (or LLVM IR), the glue, and the link.

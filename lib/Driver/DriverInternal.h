@@ -98,10 +98,14 @@ int checkPrecision(const CompileOptions &options, std::string &error);
 bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
                        std::string &error);
 
-/// Checks --zero-stage and --remat: kCompileOk (`zeroStage` set to 0 or 1),
-/// kCompileUnsupported (a planned value, or stage 1 on --target cuda) or
-/// kCompileError (an unknown one, or a stage without --train), with one
-/// line.
+/// `zeroStage` of --zero-stage auto: the memory plan picks 0 or 1.
+constexpr int64_t kZeroStageAuto = -1;
+
+/// Checks --zero-stage, --world-size and --remat: kCompileOk (`zeroStage`
+/// set to 0, 1 or kZeroStageAuto; an unset stage is auto under a
+/// --memory-budget, else 0), kCompileUnsupported (a planned value, or stage
+/// 1 on --target cuda) or kCompileError (an unknown one, or a stage or
+/// world size without --train), with one line.
 int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
                         std::string &error);
 
@@ -176,6 +180,8 @@ struct CompileReport {
   std::optional<MemoryPlan> memory;
   /// --zero-stage (0 or 1) the plan's optimizer state is for.
   int64_t zeroStage = 0;
+  /// --zero-stage auto: the stage it picked and why; else empty.
+  std::string zeroChoice;
   /// Why the plan is incomplete (--emit=mlir), or empty.
   std::string partial;
 

@@ -264,7 +264,9 @@ std::string generateMemoryPlanGlue(const MemoryPlan &plan) {
          kGlueMemoryPlanCollective.str() + " = " +
          std::to_string(plan.collectiveBuffers) + "LL;\nconst int64_t " +
          kGlueMemoryPlanOptimizer.str() + " = " +
-         std::to_string(plan.optimizerState) + "LL;\n";
+         std::to_string(plan.optimizerState) + "LL;\nconst int64_t " +
+         kGlueMemoryPlanWorldSize.str() + " = " +
+         std::to_string(plan.worldSize) + "LL;\n";
 }
 
 std::string generateCUDAGlue(const CompileOptions &options) {

@@ -148,27 +148,43 @@ bool checkMemoryBudget(const CompileOptions &options, int64_t &bytes,
 
 int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
                         std::string &error) {
-  const std::string &z = options.zeroStage, &r = options.remat;
+  const std::string &r = options.remat;
+  // Unset: auto under a budget (the compiler picks), else 0.
+  std::string z = options.zeroStage.empty()
+                      ? (options.memoryBudget.empty() ? "0" : "auto")
+                      : options.zeroStage;
   zeroStage = 0;
-  if (z == "1") {
+  if (options.worldSize < 0 || (options.worldSize && !options.train.enabled)) {
+    error = options.worldSize < 0
+                ? "invalid --world-size " + std::to_string(options.worldSize) +
+                      ": give the number of ranks (1 or more) the program "
+                      "will run on, or leave it out"
+                : "--world-size applies to training programs (--train)";
+    return kCompileError;
+  }
+  if (z == "1" || z == "auto") {
     if (!options.train.enabled) {
       error = "--zero-stage applies to training programs (--train)";
       return kCompileError;
     }
-    if (options.target == "cuda") {
+    if (z == "auto") {
+      zeroStage = kZeroStageAuto;
+    } else if (options.target == "cuda") {
       error = "--zero-stage 1 is implemented for --target cpu and "
               "cuda-emulate, not yet for cuda; use --zero-stage 0";
       return kCompileUnsupported;
+    } else {
+      zeroStage = 1;
     }
-    zeroStage = 1;
   } else if (z != "0") {
-    bool planned = z == "2" || z == "3" || z == "auto";
+    bool planned = z == "2" || z == "3";
     error = planned ? "--zero-stage " + z +
                           " is planned but not implemented yet; implemented: "
-                          "0 (every rank keeps the whole state) and 1 (the "
-                          "optimizer state is sharded over the ranks)"
+                          "0 (every rank keeps the whole state), 1 (the "
+                          "optimizer state is sharded over the ranks) and "
+                          "auto (the compiler picks under --memory-budget)"
                     : "unknown --zero-stage '" + z +
-                          "' (supported: 0, 1; planned: 2, 3, auto)";
+                          "' (supported: 0, 1, auto; planned: 2, 3)";
     return planned ? kCompileUnsupported : kCompileError;
   }
   if (r != "off") {

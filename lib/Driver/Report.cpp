@@ -301,21 +301,31 @@ std::string CompileReport::toJSON() const {
                                        {"peak_op", f.peakOp},
                                        {"arena_bytes", f.arenaBytes}});
     for (const SavedActivation &a : memory->saved)
-      saved.push_back(
-          llvm::json::Object{{"producer", a.producer}, {"bytes", a.bytes}});
+      saved.push_back(llvm::json::Object{{"producer", a.producer},
+                                         {"bytes", a.bytes},
+                                         {"buffers", a.buffers}});
     root["memory_plan"] = llvm::json::Object{
         {"peak_bytes", memory->peak},  {"peak_function", memory->peakFunction},
         {"peak_op", memory->peakOp},   {"categories", std::move(cats)},
         {"functions", std::move(fns)}, {"saved_activations", std::move(saved)}};
     llvm::json::Object &plan = *root["memory_plan"].getAsObject();
     plan["zero_stage"] = zeroStage;
+    plan["world_size"] = memory->worldSize;
+    if (!zeroChoice.empty())
+      plan["zero_choice"] = zeroChoice;
     if (zeroStage == 1)
       plan["zero_note"] =
-          "ZeRO stage 1: the optimizer state above is one rank's whole state "
-          "(two halves); at N ranks each rank holds one copy of 1/N of it "
-          "(rounded up to chunks of 4096 floats) and gather buffers of at "
-          "most 1 MiB + 1 MiB / N, which the plan the program prints at exit "
-          "(memory_plan_bytes in --log-json) includes";
+          memory->worldSize
+              ? "ZeRO stage 1 on " + std::to_string(memory->worldSize) +
+                    " ranks: the optimizer state above is one rank's slice "
+                    "(1/N of the state, rounded up to chunks of 4096 "
+                    "floats) and its gather buffers"
+              : "ZeRO stage 1: the optimizer state above is one rank's "
+                "whole state (two halves); at N ranks each rank holds one "
+                "copy of 1/N of it (rounded up to chunks of 4096 floats) and "
+                "gather buffers of at most 1 MiB + 1 MiB / N, which the plan "
+                "the program prints at exit (memory_plan_bytes in "
+                "--log-json) includes; --world-size N plans for N";
   }
   if (!partial.empty())
     root["partial"] = partial;

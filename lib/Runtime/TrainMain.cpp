@@ -60,6 +60,7 @@ using ddpc::formatBytes;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_peak;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_collective;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_optimizer;
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_world_size;
 /// ZeRO stage 1 (TrainABI.h): absent in programs compiled at stage 0.
 extern "C" __attribute__((weak)) const int32_t ddpc_zero_stage;
 extern "C" __attribute__((weak)) const int64_t ddpc_zero_chunk;
@@ -1121,8 +1122,19 @@ struct TrainRun {
           showBufferSync}});
   }
 
-  /// Optimizer steps per epoch; at least one.
+  /// Optimizer steps per epoch; at least one. A program compiled with
+  /// --world-size runs on that many ranks only (its memory plan and budget
+  /// check assumed them).
   void countSteps() {
+    if (&ddpc_memory_plan_world_size && ddpc_memory_plan_world_size > 0 &&
+        ddpc_memory_plan_world_size != world)
+      fatalError("this program was compiled with --world-size " +
+                 std::to_string(ddpc_memory_plan_world_size) +
+                 " (its memory plan assumes that many ranks) but runs on " +
+                 std::to_string(world) + ": launch it with mpirun -np " +
+                 std::to_string(ddpc_memory_plan_world_size) +
+                 ", or recompile with --world-size " + std::to_string(world) +
+                 " (or without it)");
     globalBatch = B * world;
     stepsPerEp = stepsPerEpoch(train.n, B, world, K);
     if (stepsPerEp == 0)

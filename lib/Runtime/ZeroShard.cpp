@@ -8,6 +8,7 @@
 
 #include "ddpc/Runtime/Collectives.h"
 #include "ddpc/Runtime/Memory.h"
+#include "ddpc/Support/ZeroLayout.h"
 
 #include <algorithm>
 #include <cstring>
@@ -18,26 +19,6 @@ namespace runtime {
 
 namespace {
 
-/// The most bytes one all-gather receives (the gather buffer's size).
-constexpr int64_t kGatherBytes = int64_t(1) << 20;
-
-struct Layout {
-  int64_t total = 0, slice = 0, groupChunks = 1;
-};
-
-Layout layoutOf(const std::vector<int64_t> &numels, int64_t chunk, int world) {
-  Layout l;
-  for (int64_t n : numels)
-    l.total += n;
-  int64_t perRank = (l.total + world - 1) / world;
-  l.slice = std::max<int64_t>(1, (perRank + chunk - 1) / chunk) * chunk;
-  int64_t chunks = l.slice / chunk;
-  l.groupChunks = std::clamp<int64_t>(
-      kGatherBytes / (static_cast<int64_t>(sizeof(float)) * world * chunk), 1,
-      chunks);
-  return l;
-}
-
 float *allocateFloats(int64_t n) {
   void *p = allocateBuffer(static_cast<size_t>(n) * sizeof(float));
   if (!p)
@@ -47,18 +28,13 @@ float *allocateFloats(int64_t n) {
   return static_cast<float *>(p);
 }
 
-int64_t rounded(int64_t bytes, int64_t alignment) {
-  bytes = std::max<int64_t>(bytes, 1);
-  return (bytes + alignment - 1) / alignment * alignment;
-}
-
 } // namespace
 
 ZeroStage1::ZeroStage1(std::vector<int64_t> numelsIn, int slots, int64_t chunk,
                        int world, int rank)
     : numels(std::move(numelsIn)), slots(slots), chunk(chunk), world(world),
       rank(rank) {
-  Layout l = layoutOf(numels, chunk, world);
+  ZeroLayout l = zeroLayout(numels, chunk, world);
   total = l.total;
   slice = l.slice;
   groupChunks = l.groupChunks;
@@ -89,12 +65,7 @@ ZeroStage1::~ZeroStage1() {
 int64_t ZeroStage1::allocatedBytes(const std::vector<int64_t> &numels,
                                    int slots, int64_t chunk, int world,
                                    int64_t alignment) {
-  Layout l = layoutOf(numels, chunk, world);
-  auto floats = [&](int64_t n) {
-    return rounded(n * static_cast<int64_t>(sizeof(float)), alignment);
-  };
-  return slots * (floats(l.slice) + floats(chunk)) + 2 * floats(chunk) +
-         floats(l.groupChunks * chunk) + floats(world * l.groupChunks * chunk);
+  return zeroStage1Bytes(numels, slots, chunk, world, alignment);
 }
 
 void ZeroStage1::packFlat(const std::vector<const float *> &tensors,

@@ -115,8 +115,12 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             raise CompileError(unsupported=True)), ``memory_budget``
             (training: the bytes one rank may hold, an int or ``"4GiB"``,
             ``"512MiB"``, ``"100KiB"``; a memory plan whose predicted peak
-            exceeds it raises CompileError, whose message gives the peak
-            and its largest categories).
+            exceeds it raises CompileError, whose message gives the peak,
+            its largest categories and the smallest feasible budget),
+            ``zero_stage`` (0, 1 or ``"auto"``; None: ``"auto"`` with a
+            ``memory_budget``, else 0), ``world_size`` (training: the ranks
+            the memory plan is for; the program refuses another; None:
+            any).
 
     Returns:
         A :class:`Program`.

@@ -48,6 +48,7 @@ _CLI_TO_PYTHON = {
     "--precision": "precision=",
     "--memory-budget": "memory_budget=",
     "--zero-stage": "zero_stage=",
+    "--world-size": "world_size=",
     "--remat": "remat=",
     "--dump-ir": "dump_ir=",
     "--vjp": "vjp=True",
@@ -222,7 +223,8 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
     "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
     "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
-    "zero_stage": 0,  # ZeRO stage: 0, or 1 (optimizer state sharded; CLI: --zero-stage)
+    "zero_stage": None,  # ZeRO stage: 0, 1 (optimizer state sharded) or "auto"; None: auto with memory_budget, else 0 (CLI: --zero-stage)
+    "world_size": None,  # ranks the memory plan is for; the program refuses others (CLI: --world-size)
     "remat": "off",  # rematerialization: only off so far (CLI: --remat)
     "memory_budget": None,  # per-rank bytes, e.g. "4GiB", 512 * 2**20 (CLI: --memory-budget)
 }
@@ -275,7 +277,8 @@ class _Request:
             cuda_arch=o["cuda_arch"] or "",
             runtime_checks=bool(o["runtime_checks"]),
             precision=str(o["precision"]),
-            zero_stage=str(o["zero_stage"]),
+            zero_stage="" if o["zero_stage"] is None else str(o["zero_stage"]),
+            world_size=0 if o["world_size"] is None else int(o["world_size"]),
             remat=str(o["remat"]),
             memory_budget=(
                 "" if o["memory_budget"] is None else str(o["memory_budget"])

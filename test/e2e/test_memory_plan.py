@@ -116,6 +116,20 @@ def test_state_categories_match_the_initializers(ddpc, tmp_path, opt):
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_saved_activations_one_line_per_producer(ddpc, tmp_path, model):
+    # A node that writes two saved buffers (an output and its transposed
+    # copy) was listed twice; the list is per producer, its bytes summed.
+    (mlp_model if model == "mlp" else cnn_model)(tmp_path / "m.onnx")
+    plan, cats = plan_of(compile_plan(ddpc, tmp_path / "m.onnx", tmp_path / "t", 4))
+    saved = plan["saved_activations"]
+    producers = [a["producer"] for a in saved]
+    assert saved and len(producers) == len(set(producers)), producers
+    assert all(a["buffers"] >= 1 and a["bytes"] > 0 for a in saved), saved
+    # The category is the list's sum, capped by the function's peak.
+    assert 0 < cats["saved activations"] <= sum(a["bytes"] for a in saved)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
 @pytest.mark.parametrize("target", ["cpu", "cuda-emulate"])
 def test_measured_peak_within_10_percent_of_plan(ddpc, tmp_path, model, target):
     if model == "mlp":
@@ -255,8 +269,11 @@ def test_python_memory_budget(tmp_path):
     [
         (["--zero-stage", "0", "--remat", "off"], 0, ""),
         (["--zero-stage", "2"], 2, "--zero-stage 2 is planned"),
-        (["--zero-stage", "auto"], 2, "--zero-stage auto is planned"),
+        (["--zero-stage", "auto"], 0, ""),
         (["--zero-stage", "7"], 1, "unknown --zero-stage '7'"),
+        (["--zero-stage="], 1, "--zero-stage is given an empty value"),
+        (["--memory-budget="], 1, "--memory-budget is given an empty value"),
+        (["--world-size", "-2"], 1, "invalid --world-size -2"),
         (["--remat", "auto"], 2, "--remat auto is planned"),
         (["--remat", "on"], 1, "unknown --remat 'on'"),
     ],
@@ -280,3 +297,9 @@ def test_python_zero_stage_and_remat(tmp_path):
     with pytest.raises(ddpc_py.CompileError, match="zero-stage|zero_stage") as e:
         ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage=3)
     assert e.value.unsupported
+    ddpc_py.compile(
+        str(tmp_path / "m.onnx"), train=train, zero_stage="auto", world_size=2
+    )
+    with pytest.raises(ddpc_py.CompileError, match="world_size=") as e:
+        ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, world_size=-1)
+    assert not e.value.unsupported

@@ -252,3 +252,91 @@ def test_report_names_the_stage(ddpc, tmp_path):
         plan = json.loads(proc.stdout)["memory_plan"]
         assert plan["zero_stage"] == stage
         assert ("zero_note" in plan) == (stage == 1)
+
+
+def _plan(ddpc, tmp_path, out, *args):
+    """Compiles the wide MLP (AdamW, batch 4) with --report=json; returns
+    (process, plan or None)."""
+    proc = subprocess.run(
+        [ddpc, "compile", str(tmp_path / "m.onnx"), "--train", "--batch-size"]
+        + [str(BATCH), "--optimizer", "adamw", "--report=json", "-o", str(out)]
+        + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    plan = json.loads(proc.stdout)["memory_plan"] if proc.returncode == 0 else None
+    return proc, plan
+
+
+@pytest.mark.parametrize("share", [1.0, 0.9, 0.5])
+def test_auto_stage_under_a_budget(ddpc, tmp_path, share):
+    """--zero-stage auto (the default under --memory-budget) with --world-size
+    4, for budgets of 100%, 90% and 50% of stage 0's peak: the measured
+    high-water mark is within the budget, or the compile fails in one line
+    naming the smallest feasible budget, and that budget then compiles."""
+    ranks = 4
+    _wide_mlp(tmp_path / "m.onnx")
+    x, y = data(BATCH * ranks * 4, shape=(64,))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    _, p0 = _plan(ddpc, tmp_path, tmp_path / "p0", "--world-size", ranks)
+    budget = int(share * p0["peak_bytes"])
+    args = ["--memory-budget", budget, "--world-size", ranks]
+    proc, plan = _plan(ddpc, tmp_path, tmp_path / "t", *args)
+    if plan is None:
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert "at ZeRO stage 1 on 4 ranks" in lines[0], lines[0]
+        assert not (tmp_path / "t").exists()
+        smallest = int(lines[0].split("at least ")[1].split(" bytes")[0])
+        assert smallest > budget
+        args[1] = smallest
+        proc, plan = _plan(ddpc, tmp_path, tmp_path / "t", *args)
+        assert plan is not None, proc.stderr
+        budget = smallest
+    # The lowest stage that fits, and why.
+    assert plan["zero_stage"] == (0 if share == 1.0 else 1), plan
+    assert plan["world_size"] == ranks
+    assert f"stage {plan['zero_stage']}:" in plan["zero_choice"]
+    assert plan["peak_bytes"] <= budget
+    log = tmp_path / "log.jsonl"
+    run_train(tmp_path / "t", tmp_path, ranks, "--epochs", "1", "--log-json", log)
+    last = [json.loads(l) for l in open(log)][-1]
+    assert last["peak_memory_bytes"] <= budget, (last, budget)
+    planned = last["memory_plan_bytes"]
+    assert planned == plan["peak_bytes"]
+    assert abs(last["peak_memory_bytes"] - planned) <= 0.1 * planned
+
+
+def test_world_size_is_checked_at_run_time(ddpc, tmp_path):
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    prog = compile_train(
+        ddpc, tmp_path / "m.onnx", tmp_path / "t", BATCH, "--world-size", "3"
+    )
+    proc = run_train(prog, tmp_path, 2, "--epochs", "1", check=False)
+    assert proc.returncode != 0
+    assert "compiled with --world-size 3" in proc.stderr, proc.stderr
+    assert "mpirun -np 3" in proc.stderr
+    run_train(prog, tmp_path, 3, "--epochs", "1")
+
+
+def test_world_size_needs_train(ddpc, tmp_path):
+    proc = _compile(ddpc, tmp_path, "--world-size", "2")
+    assert proc.returncode == 1 and "--train" in proc.stderr, proc.stderr
+
+
+def test_over_budget_names_stage1_and_exact_bytes(ddpc, tmp_path):
+    """Stage 0 over budget: the line points at --zero-stage 1 with
+    --world-size; sizes that print alike carry their bytes."""
+    _wide_mlp(tmp_path / "m.onnx")
+    _, p0 = _plan(ddpc, tmp_path, tmp_path / "p0")
+    peak = p0["peak_bytes"]
+    proc, _ = _plan(ddpc, tmp_path, tmp_path / "t", "--memory-budget", peak - 1)
+    line = proc.stderr.strip()
+    assert proc.returncode == 1 and len(line.splitlines()) == 1, line
+    assert "--zero-stage 1 (or auto) with --world-size N" in line
+    assert f"{peak - 1} bytes" in line and f"at least {peak} bytes" in line

@@ -251,14 +251,23 @@ static cl::opt<std::string> memoryBudget(
              "bytes; default unlimited). The compile fails when the memory "
              "plan's predicted peak exceeds it; --report shows the plan"),
     cl::value_desc("SIZE"), cl::sub(compileCmd), cl::cat(trainCategory));
-static cl::opt<std::string>
-    zeroStage("zero-stage",
-              cl::desc("ZeRO stage: 0 (every rank keeps the whole state; "
-                       "default) or 1 (each rank keeps and updates "
-                       "1/world-size of the optimizer state, then the "
-                       "parameters are all-gathered; cpu and cuda-emulate "
-                       "targets). 2, 3 and auto are planned"),
-              cl::init("0"), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string> zeroStage(
+    "zero-stage",
+    cl::desc("ZeRO stage: 0 (every rank keeps the whole state), 1 (each "
+             "rank keeps and updates 1/world-size of the optimizer state, "
+             "then the parameters are all-gathered; cpu and cuda-emulate "
+             "targets) or auto (the lowest stage whose memory plan fits "
+             "--memory-budget; stage 1 needs --world-size). Default: auto "
+             "with --memory-budget, else 0. 2 and 3 are planned"),
+    cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<int64_t> worldSize(
+    "world-size",
+    cl::desc("Ranks the program will run on, for the memory plan and "
+             "--memory-budget (ZeRO stage 1 then counts 1/N of the "
+             "optimizer state); the program refuses another world size. "
+             "Default: any, the plan counts the state whole"),
+    cl::value_desc("N"), cl::init(0), cl::sub(compileCmd),
+    cl::cat(trainCategory));
 static cl::opt<std::string>
     remat("remat",
           cl::desc("Rematerialization: off (default). auto is planned"),
@@ -337,6 +346,8 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
     os << "  memory plan per rank: peak " << ddpc::formatBytes(peak) << " ("
        << peak << " bytes) in " << m->getString("peak_function").value_or("")
        << " at " << m->getString("peak_op").value_or("") << "\n";
+    if (std::optional<llvm::StringRef> why = m->getString("zero_choice"))
+      os << "    --zero-stage auto: " << *why << "\n";
     if (std::optional<llvm::StringRef> note = m->getString("zero_note"))
       os << "    " << *note << "\n";
     os << "    category             bytes        share\n";
@@ -469,6 +480,19 @@ int main(int argc, char **argv) {
     }
   }
 
+  // `--memory-budget=` and the like: an empty value is never the default
+  // silently (--report and --dump-ir take an optional value of their own).
+  for (cl::opt<std::string> *o :
+       {&outputFile, &target, &cudaArch, &precision, &cudaPath, &cpu,
+        &runtimeDir, &loss, &labelInput, &optimizer, &betas, &memoryBudget,
+        &zeroStage, &remat}) {
+    if (o->getNumOccurrences() && o->getValue().empty()) {
+      errs() << "error: " << (o->ArgStr.size() == 1 ? "-" : "--") << o->ArgStr
+             << " is given an empty value; give a value or leave it out\n";
+      return 1;
+    }
+  }
+
   ddpc::CompileOptions options;
   options.inputPath = inputFile;
   options.outputPath = outputFile;
@@ -478,6 +502,7 @@ int main(int argc, char **argv) {
   options.precision = precision;
   options.memoryBudget = memoryBudget;
   options.zeroStage = zeroStage;
+  options.worldSize = worldSize;
   options.remat = remat;
   if ((cudaArch.getNumOccurrences() || cudaPath.getNumOccurrences()) &&
       target != "cuda") {

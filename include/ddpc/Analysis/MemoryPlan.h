@@ -52,6 +52,13 @@ struct RuntimeFootprint {
   /// The CPU runtime copies each gradient bucket into host staging memory
   /// for MPI (more than one rank only); NCCL sums in place.
   bool bucketStaging = true;
+  /// The world size the plan is for (`--world-size`); 0: not known, so
+  /// the bucket staging is counted and ZeRO's state is counted whole.
+  int64_t worldSize = 0;
+  /// ZeRO stage (0 or 1) and stage 1's chunk of float32 elements: with a
+  /// known world size, stage 1's optimizer state is one rank's slice and
+  /// buffers (Support/ZeroLayout.h) in place of the whole state.
+  int64_t zeroStage = 0, zeroChunk = 4096;
 };
 
 /// One function's temporaries: the most bytes its compiled code holds at
@@ -66,10 +73,12 @@ struct FunctionMemory {
   int64_t arenaBytes = 0;
 };
 
-/// A forward activation the backward pass reads (train_micro).
+/// The forward activations of one producer that the backward pass reads
+/// (train_micro): one entry per producer, however many buffers it wrote.
 struct SavedActivation {
   std::string producer; ///< the ONNX node(s) that wrote it
-  int64_t bytes = 0;
+  int64_t bytes = 0;    ///< all its saved buffers together
+  int64_t buffers = 0;  ///< how many buffers that is
 };
 
 struct MemoryPlan {
@@ -79,6 +88,8 @@ struct MemoryPlan {
   int64_t collectiveBuffers = 0, stagingBuffers = 0, dataBatches = 0;
   /// The sum of the categories; `peakFunction`/`peakOp` say where.
   int64_t peak = 0;
+  /// What the plan assumed (RuntimeFootprint): 0 ranks: any world size.
+  int64_t worldSize = 0, zeroStage = 0;
   std::string peakFunction, peakOp;
   std::vector<FunctionMemory> functions;
   /// Largest first.

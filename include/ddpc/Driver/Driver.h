@@ -65,10 +65,15 @@ struct CompileOptions {
   std::string memoryBudget;
   /// `--zero-stage` and `--remat` (issue 20): "0" (every rank keeps the
   /// whole state), "1" (ZeRO stage 1, the optimizer state sharded over the
-  /// ranks; CPU and cuda-emulate targets) and "off" (every saved
-  /// activation is kept) are implemented; 2, 3, auto and remat auto are
-  /// refused as planned.
-  std::string zeroStage = "0", remat = "off";
+  /// ranks; CPU and cuda-emulate targets), "auto" (the lowest stage whose
+  /// memory plan fits --memory-budget), empty (auto with a budget, else 0)
+  /// and "off" (every saved activation is kept) are implemented; 2, 3 and
+  /// remat auto are refused as planned.
+  std::string zeroStage, remat = "off";
+  /// `--world-size` (training programs): the ranks the memory plan is for
+  /// (ZeRO stage 1 counts 1/N of the optimizer state; the program refuses
+  /// another world size); 0: any, the plan counts the state whole.
+  int64_t worldSize = 0;
   EmitKind emit = EmitKind::Executable;
   ImportOptions import;
   CPUPipelineOptions pipeline;

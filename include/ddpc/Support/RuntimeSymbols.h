@@ -165,6 +165,10 @@ constexpr llvm::StringLiteral kGlueMemoryPlanCollective =
 /// runtime replaces them with its slice at the world size it runs at.
 constexpr llvm::StringLiteral kGlueMemoryPlanOptimizer =
     "ddpc_memory_plan_optimizer";
+/// Training programs: the world size the memory plan is for (const int64_t,
+/// `--world-size`; 0: any). The runtime refuses to run on another.
+constexpr llvm::StringLiteral kGlueMemoryPlanWorldSize =
+    "ddpc_memory_plan_world_size";
 
 /// CUDA programs: the contractions' math (const int32_t): 0 = float32
 /// (--precision fp32), 1 = TF32 tensor-core math allowed (--precision
