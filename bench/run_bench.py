@@ -43,6 +43,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH / "models"))
 sys.path.insert(0, str(BENCH))
 import embedding  # noqa: E402
+import zero  # noqa: E402
 import make_models  # noqa: E402
 
 MPI_ENV = {
@@ -478,9 +479,30 @@ def summarize_steps(losses, secs, warmup, samples_per_step) -> dict:
     }
 
 
-def run_ddpc_train(args, prog, xp, yp, cfg, world) -> dict:
+def train_compile_cmd(ddpc, model_path, cfg, prog, *extra) -> list:
+    """`ddpc compile --train` of a model at its CONFIGS entry `cfg`."""
+    return [
+        ddpc,
+        "compile",
+        model_path,
+        "--train",
+        "--loss",
+        "cross-entropy",
+        *opt_flags(cfg["opt"]),
+        "--batch-size",
+        cfg["batch"],
+        "-o",
+        prog,
+        *extra,
+    ]
+
+
+def run_ddpc_train(args, prog, xp, yp, cfg, world, extra=()) -> dict:
+    """Trains `prog` for warm-up + measured steps on `world` ranks (extra:
+    more program flags); the step summary, peak RSS, and the last record's
+    measured and planned per-rank peak (bytes)."""
     steps = cfg["warmup"] + cfg["steps"]
-    logp = prog.parent / f"steps{world}.jsonl"
+    logp = prog.parent / f"{prog.name}-steps{world}.jsonl"
     logp.unlink(missing_ok=True)
     cmd = [
         prog,
@@ -496,6 +518,7 @@ def run_ddpc_train(args, prog, xp, yp, cfg, world) -> dict:
         logp,
         "--stop-after-steps",
         steps,
+        *extra,
     ]
     if world == 1:
         cmd = ["taskset", "-c", "0", *cmd]
@@ -514,6 +537,9 @@ def run_ddpc_train(args, prog, xp, yp, cfg, world) -> dict:
     ]
     r = summarize_steps([e["loss"] for e in entries], secs, cfg["warmup"], gb)
     r["maxrss_mib"] = res["maxrss_mib"]
+    if entries:
+        for k in ("peak_memory_bytes", "memory_plan_bytes"):
+            r[k] = entries[-1].get(k)
     return r
 
 
@@ -606,21 +632,7 @@ def bench_training(args, name, cfg, model_path, work, torch_py, gpath, wpath) ->
             "detail": "`ddpc compile --help` lists no --train",
         }
         return r
-    res = run(
-        [
-            args.ddpc,
-            "compile",
-            model_path,
-            "--train",
-            "--loss",
-            "cross-entropy",
-            *opt_flags(cfg["opt"]),
-            "--batch-size",
-            B,
-            "-o",
-            prog,
-        ]
-    )
+    res = run(train_compile_cmd(args.ddpc, model_path, cfg, prog))
     r["compile_s"] = res["wall_s"]
     if res["rc"] != 0:
         msg = first_error_line(res)
@@ -886,6 +898,7 @@ def markdown(report: dict) -> str:
             f"{p['runs']} |"
         )
     lines += embedding.markdown(report, fmt)
+    lines += zero.markdown(report, fmt)
     lines += ["", f"Total bench wall time: {report['wall_s']:.0f} s."]
     return "\n".join(lines) + "\n"
 
@@ -929,6 +942,11 @@ def main() -> None:
         "--no-embedding",
         action="store_true",
         help="skip the token-embedding tables (DDP match, index-check cost)",
+    )
+    parser.add_argument(
+        "--no-zero",
+        action="store_true",
+        help="skip the ZeRO stage 1 vs stage 0 table",
     )
     args = parser.parse_args()
     t_start = time.perf_counter()
@@ -982,17 +1000,27 @@ def main() -> None:
         if not args.no_profile:
             log(f"{name}: profile")
             entry["profile"] = profile(args, name, cfg, model_path, work)
+    ctx = argparse.Namespace(
+        args=args,
+        ddpc=args.ddpc,
+        run=run,
+        first_error_line=first_error_line,
+        parse_time=parse_time,
+        one_thread=ONE_THREAD,
+        mpi_env={**ONE_THREAD, **MPI_ENV},
+        opt_flags=opt_flags,
+        make_data=make_data,
+        train=run_ddpc_train,
+        train_compile_cmd=train_compile_cmd,
+        configs=CONFIGS,
+        builders=make_models.BUILDERS,
+    )
     if not args.no_embedding and args.has_train:
         log("token embedding: DDP match and index-check cost")
-        ctx = argparse.Namespace(
-            ddpc=args.ddpc,
-            run=run,
-            first_error_line=first_error_line,
-            parse_time=parse_time,
-            one_thread=ONE_THREAD,
-            mpi_env={**ONE_THREAD, **MPI_ENV},
-        )
         report["embedding"] = embedding.run(ctx, torch_py, work_root / "embedding")
+    if not args.no_zero and args.has_train:
+        log("ZeRO stage 1 vs stage 0")
+        report["zero"] = zero.run(ctx, work_root / "zero")
     report["wall_s"] = time.perf_counter() - t_start
 
     out = pathlib.Path(args.results)
