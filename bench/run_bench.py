@@ -289,7 +289,9 @@ def ensure_torch(args) -> tuple[str | None, str]:
         )
         if torch_version(deb):
             return deb, "Debian python3-torch"
-    return None, "PyTorch not available (PyPI install and python3-torch both failed)"
+    if args.no_torch_install:
+        return None, "not installed (--no-torch-install)"
+    return None, "PyPI install and python3-torch both failed"
 
 
 # -- models and data -------------------------------------------------------------
