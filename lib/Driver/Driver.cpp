@@ -478,6 +478,7 @@ int Compilation::planMemory() {
       s += " (" + std::to_string(bytes) + " bytes)";
     return s;
   };
+  std::string stage1Larger; // auto: why stage 1 did not help
   if (zeroStage != kZeroStageAuto) {
     memoryPlan = planAt(zeroStage);
   } else {
@@ -502,9 +503,21 @@ int Compilation::planMemory() {
                      formatBytes(p0.optimizerState) + " -> " +
                      formatBytes(p1.optimizerState) + ")";
       }
-      memoryPlan = p1;
+      // Neither fits: the error names the smaller of the two.
+      if (zeroStage == 1 || p1.peak < p0.peak)
+        memoryPlan = p1;
+      else
+        stage1Larger = "; ZeRO stage 1 on " + std::to_string(N) +
+                       " ranks needs more, " + formatBytes(p1.peak) +
+                       " (its 4096-float chunks and gather buffers outweigh "
+                       "the state)";
     }
   }
+  if (zeroStage == 1 && options.zeroStage == "1" && trainInfo.optSlots == 0)
+    llvm::errs() << "ddpc: note: --zero-stage 1 with an optimizer that keeps "
+                    "no state (sgd without momentum) shards nothing and only "
+                    "adds an all-gather of the parameters each step; "
+                    "--zero-stage 0 is smaller and faster\n";
   trainInfo.zeroStage = zeroStage; // the glue's ddpc_zero_stage
   report.memory = memoryPlan;
   report.zeroStage = zeroStage;
@@ -515,11 +528,14 @@ int Compilation::planMemory() {
   std::string where = " (" + plan.largestCategories(4) + "; peak in " +
                       plan.peakFunction + " at " + plan.peakOp + ")";
   std::string at = plan.zeroStage == 1 && N
-                       ? " at ZeRO stage 1 on " + std::to_string(N) + " ranks"
+                       ? " at ZeRO stage 1 on " + std::to_string(N) +
+                             (N == 1 ? " rank" : " ranks")
                        : "";
   // What would make it fit, the implemented options first.
   std::string hint;
-  if (plan.zeroStage == 0 && plan.optimizerState && !cuda && N != 1)
+  if (!stage1Larger.empty())
+    hint = stage1Larger;
+  else if (plan.zeroStage == 0 && plan.optimizerState && !cuda && N != 1)
     hint = "; ZeRO stage 1 shards the " + formatBytes(plan.optimizerState) +
            " of optimizer state over the ranks: add --zero-stage 1 (or "
            "auto)" +
@@ -583,7 +599,7 @@ int Compilation::emitNative() {
     glue = generateGlue(modelName, ins, outs);
   }
   if (memoryPlan)
-    glue += generateMemoryPlanGlue(*memoryPlan);
+    glue += generateMemoryPlanGlue(*memoryPlan, memoryBudget);
   if (cuda)
     glue += generateCUDAGlue(options);
   if (options.emit == EmitKind::Object) // The glue goes next to the object.

@@ -222,9 +222,9 @@ bool generateTrainGlue(llvm::StringRef modelName,
                        llvm::StringRef blobDir, std::string &glue,
                        std::string &error);
 
-/// The memory plan's glue lines (kGlueMemoryPlanPeak,
-/// kGlueMemoryPlanCollective) of a training program.
-std::string generateMemoryPlanGlue(const MemoryPlan &plan);
+/// The memory plan's glue lines (kGlueMemoryPlan*, and kGlueMemoryBudget:
+/// `budget` bytes, 0 for none) of a training program.
+std::string generateMemoryPlanGlue(const MemoryPlan &plan, int64_t budget);
 
 /// The glue lines only CUDA programs have (kGlueMathMode).
 std::string generateCUDAGlue(const CompileOptions &options);

@@ -258,7 +258,7 @@ bool generateTrainGlue(StringRef modelName, const TrainingProgramInfo &info,
   return true;
 }
 
-std::string generateMemoryPlanGlue(const MemoryPlan &plan) {
+std::string generateMemoryPlanGlue(const MemoryPlan &plan, int64_t budget) {
   return "const int64_t " + kGlueMemoryPlanPeak.str() + " = " +
          std::to_string(plan.peak) + "LL;\nconst int64_t " +
          kGlueMemoryPlanCollective.str() + " = " +
@@ -266,7 +266,8 @@ std::string generateMemoryPlanGlue(const MemoryPlan &plan) {
          kGlueMemoryPlanOptimizer.str() + " = " +
          std::to_string(plan.optimizerState) + "LL;\nconst int64_t " +
          kGlueMemoryPlanWorldSize.str() + " = " +
-         std::to_string(plan.worldSize) + "LL;\n";
+         std::to_string(plan.worldSize) + "LL;\nconst int64_t " +
+         kGlueMemoryBudget.str() + " = " + std::to_string(budget) + "LL;\n";
 }
 
 std::string generateCUDAGlue(const CompileOptions &options) {

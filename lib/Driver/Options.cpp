@@ -154,19 +154,22 @@ int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
                       ? (options.memoryBudget.empty() ? "0" : "auto")
                       : options.zeroStage;
   zeroStage = 0;
-  if (options.worldSize < 0 || (options.worldSize && !options.train.enabled)) {
-    error = options.worldSize < 0
-                ? "invalid --world-size " + std::to_string(options.worldSize) +
-                      ": give the number of ranks (1 or more) the program "
-                      "will run on, or leave it out"
-                : "--world-size applies to training programs (--train)";
+  constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
+  if (options.worldSize < 0 || options.worldSize > kMaxWorldSize) {
+    error = "invalid --world-size " + std::to_string(options.worldSize) +
+            ": give the number of ranks the program will run on (1 to " +
+            std::to_string(kMaxWorldSize) + "; 0 or none: any)";
+    return kCompileError;
+  }
+  if (options.worldSize && !options.train.enabled) {
+    error = "--world-size applies to training programs (--train)";
+    return kCompileError;
+  }
+  if (z != "0" && !options.train.enabled) {
+    error = "--zero-stage applies to training programs (--train)";
     return kCompileError;
   }
   if (z == "1" || z == "auto") {
-    if (!options.train.enabled) {
-      error = "--zero-stage applies to training programs (--train)";
-      return kCompileError;
-    }
     if (z == "auto") {
       zeroStage = kZeroStageAuto;
     } else if (options.target == "cuda") {

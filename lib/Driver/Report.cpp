@@ -323,7 +323,8 @@ std::string CompileReport::toJSON() const {
               : "ZeRO stage 1: the optimizer state above is one rank's "
                 "whole state (two halves); at N ranks each rank holds one "
                 "copy of 1/N of it (rounded up to chunks of 4096 floats) and "
-                "gather buffers of at most 1 MiB + 1 MiB / N, which the plan "
+                "gather buffers (1 MiB + 1 MiB / N up to 64 ranks, (N + 1) x "
+                "16 KiB beyond), which the plan "
                 "the program prints at exit (memory_plan_bytes in "
                 "--log-json) includes; --world-size N plans for N";
   }

@@ -61,6 +61,7 @@ extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_peak;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_collective;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_optimizer;
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_world_size;
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_budget;
 /// ZeRO stage 1 (TrainABI.h): absent in programs compiled at stage 0.
 extern "C" __attribute__((weak)) const int32_t ddpc_zero_stage;
 extern "C" __attribute__((weak)) const int64_t ddpc_zero_chunk;
@@ -1158,10 +1159,23 @@ struct TrainRun {
       std::vector<int64_t> numels;
       for (const TensorInfo &t : params)
         numels.push_back(t.numel);
-      zero =
-          std::make_unique<ZeroStage1>(numels, S, ddpc_zero_chunk, world, rank);
       zeroBytes = ZeroStage1::allocatedBytes(numels, S, ddpc_zero_chunk, world,
                                              kBufferAlignment);
+      // Compiled without --world-size, the budget check counted the whole
+      // state; the slice at this world size is known only now.
+      int64_t plan = plannedPeak(world, zeroBytes);
+      if (&ddpc_memory_budget && ddpc_memory_budget > 0 &&
+          plan > ddpc_memory_budget)
+        fatalError("the memory plan at ZeRO stage 1 on " +
+                   std::to_string(world) + " ranks is " + std::to_string(plan) +
+                   " bytes, above --memory-budget " +
+                   std::to_string(ddpc_memory_budget) +
+                   " bytes: recompile with --world-size " +
+                   std::to_string(world) +
+                   " (the compile then checks the budget and picks the "
+                   "stage with --zero-stage auto) or a larger budget");
+      zero =
+          std::make_unique<ZeroStage1>(numels, S, ddpc_zero_chunk, world, rank);
     }
     for (int32_t i = 0; i < P; ++i)
       std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],

@@ -139,6 +139,11 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             f"valid: {', '.join(sorted(_EXTRA_OPTIONS))}"
         )
     opts = {**_EXTRA_OPTIONS, **options}
+    ws = opts["world_size"]
+    if ws is not None and (isinstance(ws, bool) or not isinstance(ws, int)):
+        raise TypeError(f"world_size= must be an int or None, got {ws!r}")
+    if opts["zero_stage"] == "":
+        raise ValueError('zero_stage="" is empty: give 0, 1, "auto" or None')
     if train is not None and not isinstance(train, TrainConfig):
         if isinstance(train, Mapping):
             train = TrainConfig(**train)

@@ -340,3 +340,77 @@ def test_over_budget_names_stage1_and_exact_bytes(ddpc, tmp_path):
     assert proc.returncode == 1 and len(line.splitlines()) == 1, line
     assert "--zero-stage 1 (or auto) with --world-size N" in line
     assert f"{peak - 1} bytes" in line and f"at least {peak} bytes" in line
+
+
+def test_stage1_budget_checked_at_run_time_without_world_size(ddpc, tmp_path):
+    """Without --world-size the compile counts the whole state; the program
+    checks the budget against its plan at the world size it runs at (for a
+    small model stage 1's chunk and gather buffers outweigh the state)."""
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    _, p0 = _plan(ddpc, tmp_path, tmp_path / "p0")
+    budget = p0["peak_bytes"] + 1000
+    prog = compile_train(
+        ddpc,
+        tmp_path / "m.onnx",
+        tmp_path / "t",
+        BATCH,
+        "--optimizer",
+        "adamw",
+        "--zero-stage",
+        "1",
+        "--memory-budget",
+        str(budget),
+    )
+    proc = run_train(prog, tmp_path, 2, "--epochs", "1", check=False)
+    assert proc.returncode != 0
+    assert f"above --memory-budget {budget} bytes" in proc.stderr, proc.stderr
+    assert "--world-size 2" in proc.stderr
+
+
+def test_auto_names_the_smaller_plan_when_nothing_fits(ddpc, tmp_path):
+    """Stage 1 of a small model on 4 ranks is larger than stage 0: the error
+    names stage 0's peak as the smallest budget, and that budget compiles."""
+    mlp_model(tmp_path / "m.onnx")
+    _, p0 = _plan(ddpc, tmp_path, tmp_path / "p0", "--world-size", 4)
+    peak = p0["peak_bytes"]
+    args = ["--world-size", 4, "--memory-budget", peak - 100]
+    proc, plan = _plan(ddpc, tmp_path, tmp_path / "t", *args)
+    assert plan is None and proc.returncode == 1
+    assert f"at least {peak} bytes" in proc.stderr, proc.stderr
+    assert "ZeRO stage 1 on 4 ranks needs more" in proc.stderr
+    args[-1] = peak
+    proc, plan = _plan(ddpc, tmp_path, tmp_path / "t", *args)
+    assert plan is not None and plan["zero_stage"] == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--zero-stage", "2"], "applies to training programs"),
+        (["--train", "--world-size", "2000000"], "invalid --world-size 2000000"),
+    ],
+)
+def test_option_errors(ddpc, tmp_path, args, needle):
+    proc = _compile(ddpc, tmp_path, *args)
+    assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_stage1_without_state_is_noted(ddpc, tmp_path):
+    proc = _compile(ddpc, tmp_path, "--train", "--batch-size", "4", "--zero-stage", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "shards nothing" in proc.stderr
+
+
+def test_python_world_size_types(tmp_path):
+    ddpc_py = pytest.importorskip("ddpc")
+    mlp_model(tmp_path / "m.onnx")
+    train = ddpc_py.TrainConfig(batch_size=4)
+    for bad in (2.7, True, "2"):
+        with pytest.raises(TypeError, match="world_size"):
+            ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, world_size=bad)
+    with pytest.raises(ValueError, match="zero_stage"):
+        ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage="")

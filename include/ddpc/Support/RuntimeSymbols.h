@@ -169,6 +169,10 @@ constexpr llvm::StringLiteral kGlueMemoryPlanOptimizer =
 /// `--world-size`; 0: any). The runtime refuses to run on another.
 constexpr llvm::StringLiteral kGlueMemoryPlanWorldSize =
     "ddpc_memory_plan_world_size";
+/// Training programs: --memory-budget in bytes (const int64_t; 0: none).
+/// At ZeRO stage 1 without --world-size the runtime checks it against the
+/// plan at the world size it runs at.
+constexpr llvm::StringLiteral kGlueMemoryBudget = "ddpc_memory_budget";
 
 /// CUDA programs: the contractions' math (const int32_t): 0 = float32
 /// (--precision fp32), 1 = TF32 tensor-core math allowed (--precision
