@@ -395,3 +395,14 @@ def test_resize_vjp_on_cuda_emulate(attrs, scales):
     shape = (1, 2, 5, 6)
     m = resize_model(shape, attrs, 19, scales=scales, dtype=TensorProto.DOUBLE)
     check_gradients(m, [("x", shape)], np.random.default_rng(5), target="cuda-emulate")
+
+
+def test_bound_input_of_the_wrong_shape_names_both_shapes(ddpc, tmp_path):
+    np.save(tmp_path / "s.npy", np.array([1, 1, 2], np.float32))
+    proc = compile_cli(
+        ddpc, scales_input_model(), tmp_path, "--bind-input", f"s={tmp_path}/s.npy"
+    )
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert "the value's shape [3] does not match the graph input's [4]" in line

@@ -1064,9 +1064,19 @@ static LogicalResult bindInputValue(GraphImporter &gi,
     if (shp.dim(i).has_dim_value() && shp.dim(i).dim_value() != bt.shape[i])
       shapeOk = false;
   if (!shapeOk) {
+    // The graph input's dims as declared: numbers, names or '?'.
+    std::string declared = "[";
+    for (int i = 0; i < shp.dim_size(); ++i)
+      declared += (i ? ", " : "") +
+                  (shp.dim(i).has_dim_value()
+                       ? std::to_string(shp.dim(i).dim_value())
+                       : (shp.dim(i).has_dim_param() ? shp.dim(i).dim_param()
+                                                     : std::string("?")));
+    declared += "]";
     (void)gi.fail(ImportErrorKind::Invalid,
-                  "--bind-input " + vi.name() +
-                      ": value shape does not match the graph input");
+                  "--bind-input " + vi.name() + ": the value's shape " +
+                      shapeString(bt.shape) +
+                      " does not match the graph input's " + declared);
     return failure();
   }
   onnx::TensorProto t;
