@@ -45,7 +45,12 @@ MPI_ENV = {
     "OMPI_MCA_oob_tcp_if_include": "lo",
 }
 # The environment compiled programs run with, under mpirun or alone.
-ENV = dict(os.environ, **MPI_ENV)
+
+
+def run_env(extra=None):
+    """The environment for a program run: the current one (read at the call,
+    so monkeypatch.setenv reaches the program), MPI_ENV and `extra`."""
+    return dict(os.environ, **MPI_ENV, **(extra or {}))
 
 
 def cuda_root():
@@ -179,7 +184,7 @@ def run_train(prog, tmp, ranks=1, *args, check=True, env=None):
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(ENV, **(env or {})),
+        env=run_env(env),
         cwd=tmp,
     )
     if check:
@@ -387,3 +392,71 @@ def permutation(n: int, seed: int):
         j = x % bound
         perm[i], perm[j] = perm[j], perm[i]
     return perm
+
+
+def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations, group=1):
+    """Forward and VJP of a 2-d Conv in float64, group by group and one
+    window position (kh, kw) at a time: y += w[:, :, kh, kw] . x_window, and
+    its transposes. Independent of ddpc's im2col/col2im formulation."""
+    if group > 1:
+        cg, kg = x.shape[1] // group, w.shape[0] // group
+        parts = [
+            conv_vjp_numpy(
+                x[:, g * cg : (g + 1) * cg],
+                w[g * kg : (g + 1) * kg],
+                b[g * kg : (g + 1) * kg],
+                dy[:, g * kg : (g + 1) * kg],
+                strides,
+                pads,
+                dilations,
+            )
+            for g in range(group)
+        ]
+        return tuple(
+            np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0)
+            for i in range(4)
+        )
+    x, w, dy = (a.astype(np.float64) for a in (x, w, dy))
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilations, pads
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    _, _, kh_n, kw_n = w.shape
+    oh, ow = dy.shape[2:]
+    y = np.zeros(dy.shape) + b.reshape(1, -1, 1, 1)
+    dxp, dwt = np.zeros_like(xp), np.zeros_like(w)
+    for kh in range(kh_n):
+        for kw in range(kw_n):
+            win = (
+                slice(None),
+                slice(None),
+                slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh),
+                slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw),
+            )
+            y += np.einsum("nchw,oc->nohw", xp[win], w[:, :, kh, kw])
+            dwt[:, :, kh, kw] = np.einsum("nohw,nchw->oc", dy, xp[win])
+            dxp[win] += np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
+    dx = dxp[:, :, pt : pt + x.shape[2], pl : pl + x.shape[3]]
+    return y, dx, dwt, dy.sum(axis=(0, 2, 3))
+
+
+def check_conv_vjp(prog, shapes, attrs):
+    """Runs the compiled Conv VJP `prog` (inputs x, w, b and d_y of the
+    float32 shapes `shapes`) on random data and checks y, d_x, d_w and d_b
+    against conv_vjp_numpy in float64 (rtol = atol = 1e-4)."""
+    group = attrs.get("group", 1)
+    rng = np.random.default_rng(11)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    dy_shape = tuple(next(s.shape for s in prog.inputs if s.name == "d_y"))
+    feeds["d_y"] = rng.standard_normal(dy_shape).astype(np.float32)
+    got = prog.run(feeds)
+    want = conv_vjp_numpy(
+        feeds["x"],
+        feeds["w"],
+        feeds["b"],
+        feeds["d_y"],
+        attrs.get("strides", [1, 1]),
+        attrs.get("pads", [0] * 4),
+        attrs.get("dilations", [1, 1]),
+        group,
+    )
+    for name, ref in zip(["y", "d_x", "d_w", "d_b"], want):
+        np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -78,6 +78,8 @@ bool isMulAdd(linalg::GenericOp op) {
 
 struct ConvToLibraryCallPass
     : impl::ConvToLibraryCallPassBase<ConvToLibraryCallPass> {
+  using impl::ConvToLibraryCallPassBase<
+      ConvToLibraryCallPass>::ConvToLibraryCallPassBase;
 
   void runOnOperation() override {
     SmallVector<linalg::GenericOp> convs;
@@ -209,9 +211,10 @@ struct ConvToLibraryCallPass
   /// kBackwardFilter) or its gradient (kBackwardData), w [G*OC, C, KH, KW]
   /// the weights or their gradient, y [N, G*OC, OH, OW] the output or its
   /// gradient. Returns false (nothing emitted) otherwise.
-  static bool emitLibraryConv(linalg::GenericOp op, ConvKind kind,
-                              const ConvMatch &m, Value x, Value w, Value y,
-                              bool accumulate) {
+  bool emitLibraryConv(linalg::GenericOp op, ConvKind kind, const ConvMatch &m,
+                       Value x, Value w, Value y, bool accumulate) {
+    if (convLibrary.empty())
+      return false;
     auto xt = cast<MemRefType>(x.getType());
     int64_t h = xt.getDimSize(3), wd = xt.getDimSize(4);
     auto outSize = [](int64_t in, int64_t k, std::pair<int64_t, int64_t> sd) {
@@ -233,7 +236,7 @@ struct ConvToLibraryCallPass
         i64(m.hw.second), i64(m.ww.second), i64(m.G),        ptr(x),
         ptr(w),           ptr(y),           i32(accumulate)};
     scf::IfOp fallback =
-        emitLibraryCallWithFallback(b, loc, op, kConvFn, args, "cudnn");
+        emitLibraryCallWithFallback(b, loc, op, kConvFn, args, convLibrary);
     op->moveBefore(fallback.thenBlock()->getTerminator());
     return true;
   }
@@ -249,9 +252,9 @@ struct ConvToLibraryCallPass
   /// A grouped convolution (G > 1) of `kind` goes to the library only; the
   /// fallback is the original generic (a generated kernel), which
   /// accumulates, so a zero fill of the written tensor moves into it.
-  static LogicalResult rewriteGrouped(linalg::GenericOp op, ConvKind kind,
-                                      const ConvMatch &m, Value x, Value w,
-                                      Value y, Value written) {
+  LogicalResult rewriteGrouped(linalg::GenericOp op, ConvKind kind,
+                               const ConvMatch &m, Value x, Value w, Value y,
+                               Value written) {
     Operation *fill = findZeroFillOf(op, written);
     if (!emitLibraryConv(op, kind, m, x, w, y, /*accumulate=*/!fill))
       return failure();
@@ -304,7 +307,7 @@ struct ConvToLibraryCallPass
     Value dyMat = memref::CollapseShapeOp::create(
         b, loc, dy, SmallVector<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
     emitGemmCall(op, N, K, P, OC, /*transA=*/1, /*transB=*/0, wMat, dyMat, dcol,
-                 0, OC * P, K * P, /*accumulate=*/false);
+                 0, OC * P, K * P, /*accumulate=*/false, gemmLibrary);
     // col2im over loops (n, ic, kh, kw, oh, ow).
     b.setInsertionPoint(op);
     Value dcol6 = memref::ExpandShapeOp::create(
@@ -377,7 +380,7 @@ struct ConvToLibraryCallPass
     Value dwMat = memref::CollapseShapeOp::create(
         b, loc, dw, SmallVector<ReassociationIndices>{{0, 1}, {2, 3, 4}});
     emitGemmCall(op, 1, OC, K, N * P, 0, 1, dyT, colT, dwMat, OC * N * P,
-                 K * N * P, OC * K, /*accumulate=*/!zeroed);
+                 K * N * P, OC * K, /*accumulate=*/!zeroed, gemmLibrary);
     b.setInsertionPoint(op);
     memref::DeallocOp::create(b, loc, colT);
     memref::DeallocOp::create(b, loc, dyT);
@@ -408,7 +411,7 @@ struct ConvToLibraryCallPass
     Value yMat = memref::CollapseShapeOp::create(
         b, loc, y, SmallVector<ReassociationIndices>{{0}, {1, 2}, {3, 4}});
     emitGemmCall(op, N, OC, P, K, 0, 0, wMat, col, yMat, 0, K * P, OC * P,
-                 /*accumulate=*/!zeroed);
+                 /*accumulate=*/!zeroed, gemmLibrary);
     b.setInsertionPoint(op);
     memref::DeallocOp::create(b, loc, col);
     op->erase();

@@ -26,6 +26,7 @@ namespace ddpc {
 namespace {
 
 struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
+  using impl::GemmEpiloguesPassBase<GemmEpiloguesPass>::GemmEpiloguesPassBase;
 
   void runOnOperation() override {
     SmallVector<func::CallOp> gemms;
@@ -89,8 +90,8 @@ struct GemmEpiloguesPass : impl::GemmEpiloguesPassBase<GemmEpiloguesPass> {
         call.getOperand(5), call.getOperand(6),
         call.getOperand(7), ptr(d),
         ptr(bias),          arith::ConstantIntOp::create(b, loc, *act, 32)};
-    scf::IfOp fallback = emitLibraryCallWithFallback(b, loc, g, kGemmEpilogueFn,
-                                                     args, "cublasLt");
+    scf::IfOp fallback =
+        emitLibraryCallWithFallback(b, loc, g, kGemmEpilogueFn, args, library);
     Operation *yield = fallback.thenBlock()->getTerminator();
     call->moveBefore(yield);
     g->moveBefore(yield);

@@ -204,7 +204,7 @@ bool eraseZeroFillOf(Operation *at, Value c) {
 func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
                           int64_t k, int transA, int transB, Value a, Value bm,
                           Value c, int64_t strideA, int64_t strideB,
-                          int64_t strideC, bool accumulate) {
+                          int64_t strideC, bool accumulate, StringRef library) {
   OpBuilder b(at);
   RuntimeArgs arg{b, at->getLoc()};
   auto i64 = [&](int64_t v) { return arg.integer(v, 64); };
@@ -220,7 +220,7 @@ func::CallOp emitGemmCall(Operation *at, int64_t batch, int64_t m, int64_t n,
                          b.getFunctionType(ValueRange(args).getTypes(), {}));
   auto call = func::CallOp::create(b, loc, fn, args);
   copyLabels(at, call);
-  call->setAttr(attrs::kLibrary, b.getStringAttr("cublas"));
+  call->setAttr(attrs::kLibrary, b.getStringAttr(library));
   return call;
 }
 

@@ -416,6 +416,8 @@ int Compilation::lowerForCPU() {
         buildBufferizationPipeline(pm, pipeline);
         if (emulate)
           buildGPULoopPipeline(pm);
+        else
+          buildCPULibraryCallPipeline(pm);
       }))
     return kCompileError;
   if (result) {

@@ -79,12 +79,14 @@ bool linkProgram(const CompileOptions &options, bool training,
     argv.push_back("-shared");
   argv.insert(argv.end(), {"-o", tmpOut, "-x", "c", gluePath, "-x", "none",
                            objPath, std::string(rtLib), "-lm", "-lpthread"});
-  if (training || cuda) {
-    // Link flags recorded by the runtime's CMake configuration: MPI for CPU
-    // training programs; CUDA, cuBLAS and NCCL for CUDA programs.
+  {
+    // Link flags recorded by the runtime's CMake configuration: OpenBLAS
+    // for CPU programs, and MPI for CPU training programs; CUDA, cuBLAS and
+    // NCCL for CUDA programs.
     SmallString<256> linkFile(options.runtimeLibDir);
-    llvm::sys::path::append(linkFile, cuda ? "ddpc_cuda_runtime.link"
-                                           : "ddpc_train_runtime.link");
+    llvm::sys::path::append(linkFile, cuda       ? "ddpc_cuda_runtime.link"
+                                      : training ? "ddpc_train_runtime.link"
+                                                 : "ddpc_runtime.link");
     auto buf = llvm::MemoryBuffer::getFile(linkFile);
     if (!buf) {
       error = "cannot read '" + std::string(linkFile) +

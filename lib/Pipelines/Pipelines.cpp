@@ -129,6 +129,20 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   addFuncToLLVM(pm);
 }
 
+void buildCPULibraryCallPipeline(OpPassManager &pm) {
+  OpPassManager &fpm = funcs(pm);
+  ConvToLibraryCallPassOptions conv;
+  conv.convLibrary = "";
+  conv.gemmLibrary = "openblas";
+  fpm.addPass(createConvToLibraryCallPass(conv));
+  GemmToLibraryCallPassOptions gemm;
+  gemm.library = "openblas";
+  fpm.addPass(createGemmToLibraryCallPass(gemm));
+  GemmEpiloguesPassOptions epilogues;
+  epilogues.library = "openblas";
+  fpm.addPass(createGemmEpiloguesPass(epilogues));
+}
+
 void buildGPULoopPipeline(OpPassManager &pm) {
   OpPassManager &fpm = funcs(pm);
   fpm.addPass(createConvToLibraryCallPass());
@@ -214,6 +228,7 @@ void buildCUDAHostLoweringPipeline(OpPassManager &pm,
 void buildCPUPipeline(OpPassManager &pm, const CPUPipelineOptions &options) {
   buildGraphOptimizationPipeline(pm, options);
   buildBufferizationPipeline(pm, options);
+  buildCPULibraryCallPipeline(pm);
   buildLowerToLLVMPipeline(pm, options);
 }
 
@@ -287,6 +302,12 @@ void registerPipelines() {
         "ddpc-lower-to-llvm",
         "ddpc CPU target: bufferized IR to LLVM (stage \"lowered\")",
         [](OpPassManager &pm) { buildLowerToLLVMPipeline(pm, {}); });
+    PassPipelineRegistration<>(
+        "ddpc-cpu-library-calls",
+        "ddpc CPU target: convolutions to im2col + GEMM, contractions and "
+        "their bias/ReLU epilogues to OpenBLAS calls (end of stage "
+        "\"bufferized\" of --target cpu)",
+        [](OpPassManager &pm) { buildCPULibraryCallPipeline(pm); });
     PassPipelineRegistration<>(
         "ddpc-gpu-loops",
         "ddpc CUDA kernel IR as parallel loops, before outlining (what "

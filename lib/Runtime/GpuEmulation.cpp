@@ -2,9 +2,8 @@
 //
 // `ddpc compile --target cuda-emulate` runs the CUDA target's kernel-level
 // IR (buildGPULoopPipeline) serially on the CPU, to test that lowering
-// without a GPU. The IR then calls these runtime functions: the GEMM (and
-// the GEMM with a bias/ReLU epilogue) through the same column-major mapping
-// the CUDA runtime hands to cuBLAS (Gemm.h), convolutions (and convolutions
+// without a GPU. The IR then calls these runtime functions (and the GEMMs
+// of CpuBlas.cpp): convolutions (and convolutions
 // with a bias/ReLU epilogue) by their definition (what the CUDA runtime
 // hands to cuDNN), a no-op host synchronization (CPU code is synchronous)
 // and a separate copy of the packed constants (ddpc-device-constants).
@@ -21,28 +20,6 @@
 #include <cstring>
 
 extern "C" {
-
-void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
-                   int32_t transA, int32_t transB, int64_t a, int64_t b,
-                   int64_t c, int64_t strideA, int64_t strideB, int64_t strideC,
-                   int32_t accumulate) {
-  ddpc::runtime::referenceGemm(
-      ddpc::runtime::toColumnMajor(batch, m, n, k, transA, transB, a, b, c,
-                                   strideA, strideB, strideC, accumulate));
-}
-
-int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k, int32_t transA,
-                               int32_t transB, int64_t a, int64_t b, int64_t d,
-                               int64_t bias, int32_t act) {
-  if (!ddpc::runtime::gemmEpiloguesEnabled())
-    return 0;
-  ddpc::runtime::referenceGemm(ddpc::runtime::toColumnMajor(
-      1, m, n, k, transA, transB, a, b, d, 0, 0, 0, /*accumulate=*/0));
-  ddpc::runtime::referenceBiasActivation(reinterpret_cast<float *>(d),
-                                         reinterpret_cast<const float *>(bias),
-                                         m, n, act);
-  return 1;
-}
 
 int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
                         int64_t w, int64_t k, int64_t r, int64_t s, int64_t p,

@@ -125,7 +125,8 @@ def build_wheel(
         if src.suffix == ".py" or src.name == "py.typed":
             files[f"ddpc/{src.name}"] = src.read_bytes()
     files[f"ddpc/{native.name}"] = native.read_bytes()
-    for lib in runtimes:
+    # The link flags the driver adds after each archive (OpenBLAS, MPI).
+    for lib in runtimes + sorted((build / "lib").glob("ddpc_*.link")):
         files[f"ddpc/lib/{lib.name}"] = lib.read_bytes()
     return _write_wheel(wheel_directory, files, _tag())
 

@@ -22,6 +22,7 @@ import onnxruntime as ort
 import pytest
 
 from ddpc_testing import (
+    check_conv_vjp,
     EXAMPLES,
     MPIRUN,
     OPTIMIZERS,
@@ -313,50 +314,6 @@ def test_lowered_ir_uses_library_gemm_and_atomics(ddpc):
     assert "llvm.atomicrmw fadd" in ir
 
 
-def conv_vjp_numpy(x, w, b, dy, strides, pads, dilations, group=1):
-    """Forward and VJP of a 2-d Conv in float64, group by group and one
-    window position (kh, kw) at a time: y += w[:, :, kh, kw] . x_window, and
-    its transposes. Independent of ddpc's im2col/col2im formulation."""
-    if group > 1:
-        cg, kg = x.shape[1] // group, w.shape[0] // group
-        parts = [
-            conv_vjp_numpy(
-                x[:, g * cg : (g + 1) * cg],
-                w[g * kg : (g + 1) * kg],
-                b[g * kg : (g + 1) * kg],
-                dy[:, g * kg : (g + 1) * kg],
-                strides,
-                pads,
-                dilations,
-            )
-            for g in range(group)
-        ]
-        return tuple(
-            np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0)
-            for i in range(4)
-        )
-    x, w, dy = (a.astype(np.float64) for a in (x, w, dy))
-    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilations, pads
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    _, _, kh_n, kw_n = w.shape
-    oh, ow = dy.shape[2:]
-    y = np.zeros(dy.shape) + b.reshape(1, -1, 1, 1)
-    dxp, dwt = np.zeros_like(xp), np.zeros_like(w)
-    for kh in range(kh_n):
-        for kw in range(kw_n):
-            win = (
-                slice(None),
-                slice(None),
-                slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh),
-                slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw),
-            )
-            y += np.einsum("nchw,oc->nohw", xp[win], w[:, :, kh, kw])
-            dwt[:, :, kh, kw] = np.einsum("nohw,nchw->oc", dy, xp[win])
-            dxp[win] += np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
-    dx = dxp[:, :, pt : pt + x.shape[2], pl : pl + x.shape[3]]
-    return y, dx, dwt, dy.sum(axis=(0, 2, 3))
-
-
 @pytest.mark.parametrize("library", ["1", "0"], ids=["cudnn", "im2col-gemm"])
 @pytest.mark.parametrize(
     "attrs",
@@ -402,23 +359,7 @@ def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     assert lowered.count("llvm.call @ddpc_conv2d_f32(") == 3
     # (Grouped convolutions fall back to generated kernels, not GEMMs.)
     assert lowered.count("llvm.call @ddpc_gemm_f32(") == (3 if group == 1 else 0)
-    rng = np.random.default_rng(11)
-    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
-    dy_shape = tuple(next(s.shape for s in prog.inputs if s.name == "d_y"))
-    feeds["d_y"] = rng.standard_normal(dy_shape).astype(np.float32)
-    got = prog.run(feeds)
-    want = conv_vjp_numpy(
-        feeds["x"],
-        feeds["w"],
-        feeds["b"],
-        feeds["d_y"],
-        attrs.get("strides", [1, 1]),
-        attrs.get("pads", [0] * 4),
-        attrs.get("dilations", [1, 1]),
-        group,
-    )
-    for name, ref in zip(["y", "d_x", "d_w", "d_b"], want):
-        np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
+    check_conv_vjp(prog, shapes, attrs)
 
 
 @pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
@@ -444,10 +385,14 @@ def test_mlp_training_matches_numpy(ddpc, tmp_path, opt):
     ids=["epilogues", "no-epilogues"],
 )
 def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
-    """10 AdamW steps of the Fashion-MNIST CNN (Conv backward through atomic
-    scatter-adds, MaxPool backward, Gemm through the GEMM mapping): losses and
-    weights match the CPU target, which shares no code below bufferization.
-    Summation order differs (atomics, GEMM), hence the 1e-4 tolerance.
+    """10 SGD-with-momentum steps of the Fashion-MNIST CNN (Conv backward
+    through atomic scatter-adds, MaxPool backward, Gemm through the GEMM
+    mapping): losses and weights match the CPU target, whose convolutions
+    are im2col + OpenBLAS GEMMs instead of the emulated cuDNN definition.
+    Summation order differs (atomics, GEMM), hence the 1e-4 tolerance. SGD
+    keeps a rounding-size gradient difference rounding-size in the weights;
+    AdamW divides by sqrt(v) and turns a near-zero gradient's rounding noise
+    into a full step (its kernels are checked against numpy above).
 
     The forward pass of training computes Conv/Gemm + bias + ReLU as one
     library call (the ReLU VJP reads the ReLU output, so the pre-activation
@@ -484,7 +429,7 @@ def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
     rng = np.random.default_rng(5)
     np.save(tmp_path / "x.npy", rng.random((80, 1, 28, 28), dtype=np.float32))
     np.save(tmp_path / "y.npy", rng.integers(0, 10, 80).astype(np.int64))
-    flags = ["--optimizer", "adamw", "--lr", "0.001"]
+    flags = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9"]
     cpu = compile_train(ddpc, model, tmp_path / "cpu", 8, *flags)
     emu = compile_train(ddpc, model, tmp_path / "emu", 8, *flags, *EMULATE)
     run_train(
@@ -520,13 +465,19 @@ def test_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch, env):
     )
 
 
-def test_batchnorm_cnn_training_matches_cpu_target(ddpc, tmp_path):
+def test_batchnorm_cnn_training_matches_cpu_target(ddpc, tmp_path, monkeypatch):
     """5 SGD steps of the residual CNN with BatchNorm (examples/models/
     resnet_mini.onnx): BatchNorm backward's multi-result kernels (an
     elementwise gradient written next to the per-channel sum that reads
     it) run split over threads with atomic adds (ddpc-split-reductions),
     and independent loops merged (ddpc-merge-parallel-loops); losses and
     weights match the CPU target."""
+    # Both targets' convolutions as im2col + GEMM (the emulated fallback
+    # with DDPC_CUDNN=0, the CPU target's only lowering): with batch
+    # statistics, a convolution's summation order shows in the early
+    # layers' weights at 1e-4, and this test is about the BatchNorm kernels
+    # (the emulated cuDNN definition is checked by test_conv_vjp_matches_numpy).
+    monkeypatch.setenv("DDPC_CUDNN", "0")
     model = EXAMPLES / "resnet_mini.onnx"
     rng = np.random.default_rng(6)
     np.save(tmp_path / "x.npy", rng.standard_normal((20, 3, 32, 32)).astype(np.float32))

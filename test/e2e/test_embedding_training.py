@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ddpc_testing import ENV, MPIRUN, weights
+from ddpc_testing import run_env, MPIRUN, weights
 
 V, D, S, C = 11, 6, 5, 4  # vocabulary, embedding width, tokens per sample, classes
 B, RANKS, STEPS = 4, 2, 20
@@ -134,7 +134,7 @@ def run(prog, tmp, *args, ranks=RANKS):
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp
+        cmd, capture_output=True, text=True, timeout=300, env=run_env(), cwd=tmp
     )
 
 

@@ -21,7 +21,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ddpc_testing import ENV
+from ddpc_testing import run_env
 
 N, F, V, S, B = 32, 4, 7, 3, 8
 
@@ -59,7 +59,7 @@ def train(ddpc, tmp, model, *flags):
         capture_output=True,
         text=True,
         timeout=300,
-        env=ENV,
+        env=run_env(),
         cwd=tmp,
     )
     assert proc.returncode == 0, proc.stderr

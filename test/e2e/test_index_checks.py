@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ddpc_testing import ENV, MPIRUN
+from ddpc_testing import run_env, MPIRUN
 
 ddpc_py = pytest.importorskip("ddpc", reason="build the Python extension (make build)")
 TABLE = np.arange(20, dtype=np.float32).reshape(5, 4)
@@ -260,7 +260,7 @@ def test_training_stops_naming_rank_step_and_node(ddpc, tmp_path, target):
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=ENV,
+        env=run_env(),
         timeout=120,
     )
     assert proc.returncode != 0

@@ -21,7 +21,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ddpc_testing import ENV, MPIRUN
+from ddpc_testing import run_env, MPIRUN
 
 C, K, N = 3, 4, 32  # channels, classes, samples
 
@@ -270,7 +270,7 @@ def train(ddpc, tmp, model, out, *flags, ranks=1):
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120
+        cmd, capture_output=True, text=True, cwd=tmp, env=run_env(), timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     return {

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ddpc as ddpc_py
-from ddpc_testing import ENV, MPIRUN, weights
+from ddpc_testing import run_env, MPIRUN, weights
 
 V, E, S, C = 13, 6, 5, 4  # vocabulary, width, tokens per sample, classes
 B, RANKS, STEPS, LR = 4, 2, 12, 0.5
@@ -107,7 +107,7 @@ def run(prog, tmp, *args, ranks=RANKS):
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp
+        cmd, capture_output=True, text=True, timeout=300, env=run_env(), cwd=tmp
     )
 
 

@@ -23,7 +23,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ddpc_testing import ENV, MPIRUN, weights
+from ddpc_testing import run_env, MPIRUN, weights
 
 F, C, H, B = 6, 3, 8, 4
 
@@ -102,7 +102,7 @@ def run(prog, tmp, *args, ranks=1, x="x.npy", y="y.npy"):
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     return subprocess.run(
-        cmd, capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120
+        cmd, capture_output=True, text=True, cwd=tmp, env=run_env(), timeout=120
     )
 
 

@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from ddpc_testing import ENV, MPIRUN, ROOT
+from ddpc_testing import run_env, MPIRUN, ROOT
 
 EXPORTS = ROOT / "test" / "torch_exports"
 MODELS = ["convbn"]
@@ -74,7 +74,7 @@ def ddpc_losses(
         capture_output=True,
         text=True,
         timeout=300,
-        env=ENV,
+        env=run_env(),
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

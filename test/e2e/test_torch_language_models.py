@@ -29,7 +29,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ddpc_testing import ENV, MPIRUN, ROOT
+from ddpc_testing import run_env, MPIRUN, ROOT
 
 EXPORTS = ROOT / "test" / "torch_exports"
 MODELS = ["bert", "gpt", "vit"]
@@ -97,7 +97,7 @@ def train_losses(
         capture_output=True,
         text=True,
         timeout=600,
-        env=ENV,
+        env=run_env(),
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

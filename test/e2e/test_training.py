@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ddpc_testing import (
     C,
-    ENV,
+    run_env,
     F,
     MPIRUN,
     OPTIMIZERS,
@@ -423,7 +423,7 @@ def test_killed_rank_ends_job(ddpc, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=ENV,
+        env=run_env(),
         cwd=tmp_path,
     )
     time.sleep(3)
@@ -515,7 +515,7 @@ def test_ranks_with_different_data_are_refused(ddpc, tmp_path, case):
         ],
         capture_output=True,
         text=True,
-        env=ENV,
+        env=run_env(),
         cwd=tmp_path,
         timeout=60,
     )

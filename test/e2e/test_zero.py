@@ -87,8 +87,12 @@ def test_stage1_data_parallel_invariant(ddpc, tmp_path):
     # BatchNorm statistics over the global batch, so that the split does not
     # change them.
     sync = ["--sync-batchnorm"]
-    two = _train(ddpc, tmp_path, "cnn", "adamw", 1, 2, batch=4, extra=sync)
-    one = _train(ddpc, tmp_path, "cnn", "adamw", 1, 1, batch=8, extra=sync)
+    # SGD with momentum: batch 2x4 and 1x8 sum the gradients in different
+    # orders (OpenBLAS blocks by size), and AdamW's division by sqrt(v)
+    # turns a near-zero gradient's rounding into a full step. Stage 1 with
+    # AdamW is checked against stage 0 at equal batches above.
+    two = _train(ddpc, tmp_path, "cnn", "sgd-momentum", 1, 2, batch=4, extra=sync)
+    one = _train(ddpc, tmp_path, "cnn", "sgd-momentum", 1, 1, batch=8, extra=sync)
     assert_close_weights(two, one, rtol=1e-5)
 
 

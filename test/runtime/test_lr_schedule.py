@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ddpc_testing import ENV, MPIRUN, UNITTEST_DIR, weights
+from ddpc_testing import run_env, MPIRUN, UNITTEST_DIR, weights
 
 N, B = 64, 4  # samples, the fixture's per-rank batch
 EPOCHS = 2
@@ -47,7 +47,7 @@ def train(tmp_path, *args, ranks=1, program="ddpc-train-fixture", log="log.jsonl
             pytest.skip("mpirun not installed")
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=60, env=ENV, cwd=tmp_path
+        cmd, capture_output=True, text=True, timeout=60, env=run_env(), cwd=tmp_path
     )
     path = tmp_path / log
     records = [json.loads(l) for l in open(path)] if path.exists() else []
@@ -278,7 +278,7 @@ def test_ranks_with_different_schedules_are_refused(tmp_path):
     cmd += ["--lr-schedule", "cosine", "--clip-grad-norm", "1"]
     cmd += [":", "-np", "1", fixture(), *common]
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=60, env=ENV, cwd=tmp_path
+        cmd, capture_output=True, text=True, timeout=60, env=run_env(), cwd=tmp_path
     )
     assert proc.returncode != 0
     assert "--lr-schedule: cosine on rank 0, constant on rank 1" in proc.stderr
@@ -287,7 +287,7 @@ def test_ranks_with_different_schedules_are_refused(tmp_path):
 
 def test_help_names_the_options():
     out = subprocess.run(
-        [fixture(), "--help"], capture_output=True, text=True, env=ENV
+        [fixture(), "--help"], capture_output=True, text=True, env=run_env()
     ).stdout
     for flag in (
         "--lr-schedule S",

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ddpc_testing import ENV, MPIRUN, UNITTEST_DIR
+from ddpc_testing import run_env, MPIRUN, UNITTEST_DIR
 
 VARIANTS = ["linked", "loaded"]
 
@@ -23,7 +23,9 @@ def run_check(variant, mode, ranks=None, timeout=60):
         if MPIRUN is None:
             pytest.skip("mpirun not found")
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=run_env()
+    )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

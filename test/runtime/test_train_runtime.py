@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ddpc_testing import (
-    ENV,
+    run_env,
     MPIRUN,
     MT19937_64,
     ROOT,
@@ -44,7 +44,7 @@ def run_train(
     args, ranks=1, program="ddpc-train-fixture", env=None, timeout=60, plain=False
 ):
     """Runs a fixture; ranks > 1 (or plain=False) goes through mpirun."""
-    full_env = dict(ENV, **(env or {}))
+    full_env = run_env(env)
     cmd = [fixture_path(program), *map(str, args)]
     if not plain:
         if MPIRUN is None:
@@ -392,7 +392,7 @@ def test_dead_rank_ends_job(tmp_path, sig):
         "3",
         "--quiet",
     ]
-    env = dict(ENV, DDPC_FIXTURE_SLEEP_MS="20")
+    env = run_env({"DDPC_FIXTURE_SLEEP_MS": "20"})
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -515,7 +515,7 @@ def test_driver_style_link(tmp_path):
         timeout=120,
     )
     proc = subprocess.run(
-        [str(exe), "--help"], capture_output=True, text=True, timeout=30, env=ENV
+        [str(exe), "--help"], capture_output=True, text=True, timeout=30, env=run_env()
     )
     assert_ok(proc)
     assert "fake_train" in proc.stdout and "--resume" in proc.stdout

@@ -68,12 +68,13 @@ bool eraseZeroFillOf(mlir::Operation *at, mlir::Value c);
 
 /// Emits `ddpc_gemm_f32(batch, m, n, k, transA, transB, A, B, C, strideA,
 /// strideB, strideC, accumulate)` (Gemm.h) before `at`, labelled with
-/// `at`'s fusion group and ONNX nodes.
+/// `at`'s fusion group and ONNX nodes and `ddpc.library = library`.
 mlir::func::CallOp emitGemmCall(mlir::Operation *at, int64_t batch, int64_t m,
                                 int64_t n, int64_t k, int transA, int transB,
                                 mlir::Value a, mlir::Value bm, mlir::Value c,
                                 int64_t strideA, int64_t strideB,
-                                int64_t strideC, bool accumulate);
+                                int64_t strideC, bool accumulate,
+                                llvm::StringRef library);
 
 /// Emits at `b`'s insertion point a call of the runtime function `name`
 /// (declared on first use, returning i32: 1 when the library did the work,

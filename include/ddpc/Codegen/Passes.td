@@ -63,7 +63,14 @@ def GemmToLibraryCallPass : Pass<"ddpc-gemm-to-library-call", "mlir::func::FuncO
     initializes C (found going backwards over ops that cannot touch C's
     memory), the fill is erased and accumulate = 0: C = op(A) * op(B),
     beta = 0. Other contractions are left alone and become generated kernels.
+    The CPU target runs the same calls on OpenBLAS (CpuBlas.cpp); `library`
+    only names the implementation in the call's `ddpc.library` attribute
+    (the plan report's column).
   }];
+  let options = [
+    Option<"library", "library", "std::string", /*default=*/"\"cublas\"",
+           "Library named by the calls' ddpc.library attribute (cublas, openblas)">
+  ];
   let dependentDialects = [
     "mlir::arith::ArithDialect",
     "mlir::func::FuncDialect",
@@ -89,8 +96,14 @@ def GemmEpiloguesPass : Pass<"ddpc-gemm-epilogues", "mlir::func::FuncOp"> {
     column-major view) and returns 1, or returns 0 when cuBLASLt has no
     algorithm for it (or DDPC_GEMM_EPILOGUE=0), and the fallback runs the
     two original steps. In training the pre-activation C is also read by the
-    backward pass, so training GEMMs keep their separate kernels.
+    backward pass, so training GEMMs keep their separate kernels. On the CPU
+    (library=openblas) the runtime runs the GEMM on OpenBLAS and the
+    epilogue as a loop over D.
   }];
+  let options = [
+    Option<"library", "library", "std::string", /*default=*/"\"cublasLt\"",
+           "Library named by the calls' ddpc.library attribute (cublasLt, openblas)">
+  ];
   let dependentDialects = [
     "mlir::arith::ArithDialect",
     "mlir::func::FuncDialect",
@@ -160,8 +173,17 @@ def ConvToLibraryCallPass : Pass<"ddpc-conv-to-library-call", "mlir::func::FuncO
     (accumulate = 0); for the input gradient it moves into the fallback.
     Grouped convolutions (G > 1) get the library call too (with the group
     count; C and OC then count all groups), and their fallback is the
-    original generic.
+    original generic. With `conv-library` empty (the CPU target, which has
+    no convolution library) no ddpc_conv2d_f32 call is tried: ungrouped
+    convolutions become the im2col + GEMM lowering alone, grouped ones stay
+    generics.
   }];
+  let options = [
+    Option<"convLibrary", "conv-library", "std::string", /*default=*/"\"cudnn\"",
+           "Library tried first for each convolution (cudnn); empty: none, im2col + GEMM only">,
+    Option<"gemmLibrary", "gemm-library", "std::string", /*default=*/"\"cublas\"",
+           "Library named by the GEMM calls' ddpc.library attribute (cublas, openblas)">
+  ];
   let dependentDialects = [
     "mlir::arith::ArithDialect",
     "mlir::func::FuncDialect",

@@ -46,6 +46,13 @@ void buildGraphOptimizationPipeline(mlir::OpPassManager &pm,
 void buildBufferizationPipeline(mlir::OpPassManager &pm,
                                 const CPUPipelineOptions &options);
 
+/// CPU target, end of stage "bufferized": ungrouped convolutions and their
+/// gradients to im2col + GEMM (ddpc-conv-to-library-call without a
+/// convolution library), float32 contractions to ddpc_gemm_f32 calls and
+/// bias/ReLU epilogues to ddpc_gemm_bias_act_f32 calls, all run by OpenBLAS
+/// (lib/Runtime/CpuBlas.cpp).
+void buildCPULibraryCallPipeline(mlir::OpPassManager &pm);
+
 /// memref/linalg to the LLVM dialect with the bare-pointer calling
 /// convention for statically shaped memrefs (stage "lowered"); memref
 /// allocations call the runtime's _mlir_memref_to_llvm_aligned_alloc/free
@@ -53,7 +60,8 @@ void buildBufferizationPipeline(mlir::OpPassManager &pm,
 void buildLowerToLLVMPipeline(mlir::OpPassManager &pm,
                               const CPUPipelineOptions &options);
 
-/// All three, in order: what `ddpc compile --target cpu` runs.
+/// Graph optimization, bufferization, the CPU library calls and the
+/// lowering to LLVM, in order: what `ddpc compile --target cpu` runs.
 void buildCPUPipeline(mlir::OpPassManager &pm,
                       const CPUPipelineOptions &options);
 
