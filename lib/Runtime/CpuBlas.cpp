@@ -9,9 +9,11 @@
 // order is its own (blocked, FMA); results match the plain-loop reference
 // to float rounding, not bit for bit.
 //
-// Threads: OpenBLAS runs on one thread per process unless
-// OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) is set, so ranks launched one
-// per core do not oversubscribe the node.
+// Threads (ddpc_set_cpu_threads, the programs' --threads N): N given, or
+// else OpenBLAS's own reading of OPENBLAS_NUM_THREADS / OMP_NUM_THREADS
+// when either is set, or else the cores this process may run on
+// (sched_getaffinity), split evenly among the node's ranks when the
+// launcher did not bind them, so that ranks do not oversubscribe the node.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,17 +21,50 @@
 
 #include <cblas.h>
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstdlib>
 #include <mutex>
 
 namespace {
 
+/// The node's ranks as the launcher reports them (Open MPI, Slurm, MPICH),
+/// 1 outside a launcher.
+long localWorldSize() {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                          "SLURM_NTASKS_PER_NODE"}) {
+    if (const char *v = std::getenv(var)) {
+      long n = std::strtol(v, nullptr, 10);
+      if (n > 0)
+        return n;
+    }
+  }
+  return 1;
+}
+
+int defaultThreads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  long usable = sched_getaffinity(0, sizeof(set), &set) == 0
+                    ? CPU_COUNT(&set)
+                    : sysconf(_SC_NPROCESSORS_ONLN);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (usable < 1)
+    usable = 1;
+  // Not bound (the whole node is usable): share it with the other ranks.
+  if (usable >= online)
+    usable = usable / localWorldSize();
+  return static_cast<int>(usable < 1 ? 1 : usable);
+}
+
+std::once_flag threadsOnce;
+
 void configureThreadsOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(threadsOnce, [] {
     if (!std::getenv("OPENBLAS_NUM_THREADS") && !std::getenv("OMP_NUM_THREADS"))
-      openblas_set_num_threads(1);
+      openblas_set_num_threads(defaultThreads());
   });
 }
 
@@ -62,6 +97,20 @@ void blasGemm(const ddpc::runtime::ColumnMajorGemm &g) {
 } // namespace
 
 extern "C" {
+
+void ddpc_set_cpu_threads(int32_t n) {
+  if (n < 1) {
+    configureThreadsOnce();
+    return;
+  }
+  std::call_once(threadsOnce, [] {});
+  openblas_set_num_threads(n);
+}
+
+int32_t ddpc_cpu_threads() {
+  configureThreadsOnce();
+  return openblas_get_num_threads();
+}
 
 void ddpc_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                    int32_t transA, int32_t transB, int64_t a, int64_t b,

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ddpc/Runtime/Gemm.h"
 #include "ddpc/Runtime/Memory.h"
 #include "ddpc/Runtime/ModelABI.h"
 #include "ddpc/Runtime/Npy.h"
@@ -124,6 +125,10 @@ const std::vector<OptionSpec> &inferenceOptions() {
        false,
        "--time needs a non-negative integer",
        "--time needs a non-negative integer"},
+      {"--threads", K::Int, "N",
+       "CPU threads of the library calls (GEMM, convolution); default:\n"
+       "the cores this process may use, or OPENBLAS_NUM_THREADS",
+       1},
       {"--help", K::Flag, "", "print this message", 0, {}, "-h", false, true},
   };
   return table;
@@ -186,6 +191,11 @@ int run(int argc, char **argv) {
     }
     if (option == "--output-dir") {
       outputDir = value;
+      continue;
+    }
+    if (option == "--threads") {
+      if (ddpc_set_cpu_threads)
+        ddpc_set_cpu_threads(static_cast<int32_t>(parg.intValue));
       continue;
     }
     if (option == "--time") {
@@ -328,8 +338,11 @@ int run(int argc, char **argv) {
     std::sort(ms.begin(), ms.end());
     size_t mid = ms.size() / 2;
     double median = ms.size() % 2 ? ms[mid] : 0.5 * (ms[mid - 1] + ms[mid]);
-    std::fprintf(stderr, "time: median %.4f ms per run over %ld runs\n", median,
+    std::fprintf(stderr, "time: median %.4f ms per run over %ld runs", median,
                  timeRuns);
+    if (ddpc_cpu_threads)
+      std::fprintf(stderr, ", %d CPU thread(s)", ddpc_cpu_threads());
+    std::fprintf(stderr, "\n");
   }
 
   // Write outputs.

@@ -25,6 +25,7 @@
 #include "ddpc/Runtime/Npy.h"
 
 #include "ZeroShard.h"
+#include "ddpc/Runtime/Gemm.h"
 #include "ddpc/Runtime/OnnxWriter.h"
 #include "ddpc/Runtime/ProgramOptions.h"
 #include "ddpc/Runtime/Sampler.h"
@@ -202,6 +203,7 @@ struct Options {
   bool broadcastBuffers = false;
   bool bufferSyncGiven = false;
   double timeout = 30;
+  int64_t threads = 0; // --threads; 0: the default (Gemm.h).
   bool quiet = false;
   bool help = false;
 };
@@ -350,6 +352,8 @@ Options parseOptions(int argc, char **argv) {
       o.strided = v == "strided", o.stridedGiven = true;
     else if (name == "--buffer-sync")
       o.broadcastBuffers = v == "broadcast", o.bufferSyncGiven = true;
+    else if (name == "--threads")
+      o.threads = arg.intValue;
     else if (name == "--timeout") {
       o.timeout = arg.doubleValue;
       if (o.timeout <= 0)
@@ -1310,11 +1314,14 @@ struct TrainRun {
     if (rank == 0 && !opt.quiet) {
       std::printf("training '%s': %lld samples, %d rank(s) x batch %lld x %lld "
                   "micro-batch(es) = %lld samples/step, %lld steps/epoch, "
-                  "lr %g\n",
+                  "lr %g",
                   ddpc_model_name, static_cast<long long>(train.n), world,
                   static_cast<long long>(B), static_cast<long long>(K),
                   static_cast<long long>(globalBatch * K),
                   static_cast<long long>(stepsPerEp), static_cast<double>(lr));
+      if (ddpc_cpu_threads)
+        std::printf(", %d CPU thread(s) per rank", ddpc_cpu_threads());
+      std::printf("\n");
       if (schedule.kind != LrSchedule::Kind::Constant ||
           schedule.warmupSteps > 0 || opt.clipGradNorm > 0) {
         std::printf("lr schedule %s", lrScheduleName(schedule.kind));
@@ -1904,6 +1911,8 @@ int run(int argc, char **argv) {
     return 0;
   }
   setCollectiveTimeout(opt.timeout);
+  if (ddpc_set_cpu_threads)
+    ddpc_set_cpu_threads(static_cast<int32_t>(opt.threads));
   TrainRun r(opt);
   r.checkTables();
   r.readTables();

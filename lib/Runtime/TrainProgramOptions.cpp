@@ -106,6 +106,12 @@ const std::vector<OptionSpec> &trainProgramOptions() {
        "weights",
        0,
        {"stop", "skip", "ignore"}},
+      {"--threads", K::Int, "N",
+       "CPU threads of this rank's library calls (GEMM,\n"
+       "convolution); default: the cores the rank may use,\n"
+       "all of them for a plain run, its share under\n"
+       "mpirun/srun, or OPENBLAS_NUM_THREADS when set",
+       1},
       {"--timeout", K::Double, "SECONDS",
        "abort when a collective takes longer (default 30)"},
       {"--quiet", K::Flag, "",

@@ -699,6 +699,10 @@ def run(args: argparse.Namespace) -> int:
               "(build it or pass --ddpc)", file=sys.stderr)  # fmt: skip
         return 2
     ddpc = os.path.abspath(ddpc)
+    # Parallel cases share the cores: one BLAS thread each (the programs'
+    # default is every core), unless the caller chose.
+    if args.jobs > 1:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     work_root = tempfile.mkdtemp(prefix="ddpc-backend-")
     results: list[Result] = []

@@ -256,4 +256,13 @@ inline bool convEpiloguesEnabled() {
 } // namespace runtime
 } // namespace ddpc
 
+/// Threads of this process's CPU GEMM library (CpuBlas.cpp, OpenBLAS): `n`
+/// >= 1, or 0 for the default (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS when
+/// set, else the cores this process may use, shared among the node's ranks
+/// when the launcher did not bind them). Weak: programs that do not link
+/// CpuBlas (CUDA, no GEMM) have neither, and callers test for null.
+extern "C" __attribute__((weak)) void ddpc_set_cpu_threads(int32_t n);
+/// The threads the CPU GEMM library uses now (>= 1).
+extern "C" __attribute__((weak)) int32_t ddpc_cpu_threads();
+
 #endif // DDPC_RUNTIME_GEMM_H
