@@ -109,6 +109,7 @@ static void addFuncToLLVM(OpPassManager &pm) {
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   pm.addPass(createFlattenEmptyArgumentsPass());
   funcs(pm).addPass(createConvertLinalgToLoopsPass());
+  pm.addPass(createOutlineLoopNestsPass());
   arith::ArithExpandOpsPassOptions expand;
   expand.includeBf16 = true;
   pm.addPass(arith::createArithExpandOpsPass(expand));
