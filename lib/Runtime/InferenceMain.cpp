@@ -369,6 +369,7 @@ int run(int argc, char **argv) {
 int main(int argc, char **argv) {
   // A reader that closes a pipe we write to is a write error, not death.
   std::signal(SIGPIPE, SIG_IGN);
+  ddpc::runtime::keepFreedHostMemory();
   // No exception may escape into the C world of the compiled model.
   try {
     return run(argc, argv);

@@ -1935,6 +1935,7 @@ int run(int argc, char **argv) {
 int main(int argc, char **argv) {
   // A reader that closes a pipe we write to is a write error, not death.
   std::signal(SIGPIPE, SIG_IGN);
+  ddpc::runtime::keepFreedHostMemory();
   collectivesInit(&argc, &argv);
   int rc = 1;
   try {

@@ -17,11 +17,31 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace ddpc {
 namespace runtime {
 
 /// Alignment of every buffer, in bytes.
 constexpr size_t kBufferAlignment = 64;
+
+/// Makes glibc's malloc keep freed host memory for the next allocation
+/// instead of returning it to the kernel: blocks up to 32 MiB (glibc's
+/// largest M_MMAP_THRESHOLD) come from the heap, and up to 1 GiB of free
+/// heap top is kept (M_TRIM_THRESHOLD). Every step frees and reallocates
+/// the same temporaries; returned memory cost a page fault and a zeroed
+/// page per 4 KiB on each reuse (half the Fashion-MNIST CNN's inference
+/// time). The peak resident set is unchanged. Called first by the
+/// programs' main(); not by the shared library, whose host process owns
+/// malloc's settings. No-op where mallopt is unavailable.
+inline void keepFreedHostMemory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
 
 /// Allocates max(bytes, 1) bytes rounded up to kBufferAlignment, zero-filled.
 /// Returns nullptr when out of memory (callers report it).
