@@ -108,6 +108,7 @@ static void addFuncToLLVM(OpPassManager &pm) {
 
 void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
   pm.addPass(createFlattenEmptyArgumentsPass());
+  funcs(pm).addPass(createCollapseLoopDimsPass());
   funcs(pm).addPass(createConvertLinalgToLoopsPass());
   pm.addPass(createOutlineLoopNestsPass());
   arith::ArithExpandOpsPassOptions expand;
@@ -133,7 +134,7 @@ void buildLowerToLLVMPipeline(OpPassManager &pm, const CPUPipelineOptions &) {
 void buildCPULibraryCallPipeline(OpPassManager &pm) {
   OpPassManager &fpm = funcs(pm);
   ConvToLibraryCallPassOptions conv;
-  conv.convLibrary = "";
+  conv.convLibrary = "openblas";
   conv.gemmLibrary = "openblas";
   fpm.addPass(createConvToLibraryCallPass(conv));
   GemmToLibraryCallPassOptions gemm;

@@ -1,8 +1,9 @@
 //===- CpuBlas.cpp - ddpc_gemm_* on the CPU through OpenBLAS --------------===//
 //
-// The CPU implementation of the GEMM ABI of Gemm.h, for `--target cpu`
-// (ddpc-gemm-to-library-call and the im2col + GEMM convolutions of
-// ddpc-conv-to-library-call) and `--target cuda-emulate`. Each matrix of a
+// The CPU implementation of the GEMM and convolution ABI of Gemm.h, for
+// `--target cpu` (ddpc-gemm-to-library-call, ddpc-conv-to-library-call)
+// and `--target cuda-emulate`. ddpc_conv2d_f32 is im2col per image and
+// group + GEMM, any group count (depthwise included). Each matrix of a
 // strided batch is one cblas_sgemm on the column-major call that
 // toColumnMajor() derives, the same mapping the CUDA runtime hands to
 // cuBLAS, so the emulated target still checks it. OpenBLAS's summation
@@ -26,7 +27,9 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 namespace {
 
@@ -94,6 +97,96 @@ void blasGemm(const ddpc::runtime::ColumnMajorGemm &g) {
                 ld(g.ldOut));
 }
 
+/// Row-major C (m x n, ld n) = A (m x k or, with transA, k x m) * B (k x n
+/// or, with transB, n x k) + beta * C on OpenBLAS.
+void rowMajorGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                  const float *a, const float *b, float beta, float *c) {
+  if (m == 0 || n == 0)
+    return;
+  configureThreadsOnce();
+  auto ld = [](int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+              ld(transA ? m : k), b, ld(transB ? k : n), beta, c, ld(n));
+}
+
+/// The windows of one image's group x (cg x h x w, padded) as the rows of
+/// col ((cg*r*s) x (p*q)): col[(c,r,s), (p,q)] = x[c, strideH*p +
+/// dilationH*r, strideW*q + dilationW*s]; with `scatter`, the reverse
+/// (col2im): x[...] += col[...].
+void im2col(const ddpc::runtime::Conv2dShape &d, int64_t cg, float *x,
+            float *col, bool scatter) {
+  int64_t pq = d.p * d.q;
+  for (int64_t c = 0; c < cg; ++c)
+    for (int64_t r = 0; r < d.r; ++r)
+      for (int64_t s = 0; s < d.s; ++s) {
+        float *row = col + ((c * d.r + r) * d.s + s) * pq;
+        float *plane =
+            x + c * d.h * d.w + d.dilationH * r * d.w + d.dilationW * s;
+        for (int64_t p = 0; p < d.p; ++p) {
+          float *src = plane + d.strideH * p * d.w, *dst = row + p * d.q;
+          if (scatter) {
+            for (int64_t q = 0; q < d.q; ++q)
+              src[q * d.strideW] += dst[q];
+          } else if (d.strideW == 1) {
+            std::memcpy(dst, src, static_cast<size_t>(d.q) * sizeof(float));
+          } else {
+            for (int64_t q = 0; q < d.q; ++q)
+              dst[q] = src[q * d.strideW];
+          }
+        }
+      }
+}
+
+/// ddpc_conv2d_f32 as im2col (per image and group) + OpenBLAS GEMM:
+///   forward          y_g (kg x pq) (+)= w_g (kg x K) * col (K x pq)
+///   backward data    dcol = w_g^T * dy_g, then col2im into dx_g
+///   backward filter  dw_g (kg x K) (+)= sum over images dy_g * col^T
+/// with K = cg*r*s. A 1x1 window of stride 1 uses x itself as col. False
+/// (nothing written) when a size exceeds BLAS's 32-bit integers.
+bool blasConv2d(int32_t kind, const ddpc::runtime::Conv2dShape &d, float *x,
+                float *w, float *y, bool accumulate) {
+  int64_t cg = d.c / d.groups, kg = d.k / d.groups, kk = cg * d.r * d.s,
+          pq = d.p * d.q;
+  if (!fitsBlasInt(kk * pq) || !fitsBlasInt(kg * kk) || !fitsBlasInt(kg * pq))
+    return false;
+  bool direct = d.r == 1 && d.s == 1 && d.strideH == 1 && d.strideW == 1 &&
+                d.p == d.h && d.q == d.w;
+  static thread_local std::vector<float> scratch;
+  if (!direct && scratch.size() < static_cast<size_t>(kk * pq))
+    scratch.resize(static_cast<size_t>(kk * pq));
+  float *col = scratch.data();
+  // Overwriting: zero the written tensor, then every GEMM accumulates.
+  if (kind == 1 && !accumulate)
+    std::memset(x, 0, static_cast<size_t>(d.n * d.c * d.h * d.w) * 4);
+  if (kind == 2 && !accumulate)
+    std::memset(w, 0, static_cast<size_t>(d.k * kk) * 4);
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t g = 0; g < d.groups; ++g) {
+      float *xg = x + (n * d.c + g * cg) * d.h * d.w;
+      float *wg = w + g * kg * kk;
+      float *yg = y + (n * d.k + g * kg) * pq;
+      if (direct)
+        col = xg;
+      if (kind == 0) {
+        if (!direct)
+          im2col(d, cg, xg, col, /*scatter=*/false);
+        rowMajorGemm(false, false, kg, pq, kk, wg, col, accumulate ? 1 : 0, yg);
+      } else if (kind == 1) {
+        // dx_g already holds what to add to (zeroed above when overwriting).
+        rowMajorGemm(true, false, kk, pq, kg, wg, yg, direct ? 1 : 0, col);
+        if (!direct)
+          im2col(d, cg, xg, col, /*scatter=*/true);
+      } else {
+        if (!direct)
+          im2col(d, cg, xg, col, /*scatter=*/false);
+        rowMajorGemm(false, true, kg, kk, pq, yg, col, 1, wg);
+      }
+    }
+  return true;
+}
+
 } // namespace
 
 extern "C" {
@@ -131,6 +224,24 @@ int32_t ddpc_gemm_bias_act_f32(int64_t m, int64_t n, int64_t k, int32_t transA,
                                          reinterpret_cast<const float *>(bias),
                                          m, n, act);
   return 1;
+}
+
+int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
+                        int64_t w, int64_t k, int64_t r, int64_t s, int64_t p,
+                        int64_t q, int64_t strideH, int64_t strideW,
+                        int64_t dilationH, int64_t dilationW, int64_t groups,
+                        int64_t x, int64_t filter, int64_t y,
+                        int32_t accumulate) {
+  if (!ddpc::runtime::libraryConvEnabled())
+    return 0;
+  return blasConv2d(kind,
+                    {n, c, h, w, k, r, s, p, q, strideH, strideW, dilationH,
+                     dilationW, groups},
+                    reinterpret_cast<float *>(x),
+                    reinterpret_cast<float *>(filter),
+                    reinterpret_cast<float *>(y), accumulate != 0)
+             ? 1
+             : 0;
 }
 
 } // extern "C"

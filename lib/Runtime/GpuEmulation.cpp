@@ -3,11 +3,11 @@
 // `ddpc compile --target cuda-emulate` runs the CUDA target's kernel-level
 // IR (buildGPULoopPipeline) serially on the CPU, to test that lowering
 // without a GPU. The IR then calls these runtime functions (and the GEMMs
-// of CpuBlas.cpp): convolutions (and convolutions
-// with a bias/ReLU epilogue) by their definition (what the CUDA runtime
-// hands to cuDNN), a no-op host synchronization (CPU code is synchronous)
-// and a separate copy of the packed constants (ddpc-device-constants).
-// Part of the CPU runtime archives; linked only when referenced.
+// and convolutions of CpuBlas.cpp): convolutions with a bias/ReLU epilogue
+// by their definition (what the CUDA runtime hands to cuDNN), a no-op host
+// synchronization (CPU code is synchronous) and a separate copy of the packed
+// constants (ddpc-device-constants). Part of the CPU runtime archives; linked
+// only when referenced.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,23 +20,6 @@
 #include <cstring>
 
 extern "C" {
-
-int32_t ddpc_conv2d_f32(int32_t kind, int64_t n, int64_t c, int64_t h,
-                        int64_t w, int64_t k, int64_t r, int64_t s, int64_t p,
-                        int64_t q, int64_t strideH, int64_t strideW,
-                        int64_t dilationH, int64_t dilationW, int64_t groups,
-                        int64_t x, int64_t filter, int64_t y,
-                        int32_t accumulate) {
-  if (!ddpc::runtime::libraryConvEnabled())
-    return 0;
-  ddpc::runtime::referenceConv2d(kind,
-                                 {n, c, h, w, k, r, s, p, q, strideH, strideW,
-                                  dilationH, dilationW, groups},
-                                 reinterpret_cast<float *>(x),
-                                 reinterpret_cast<float *>(filter),
-                                 reinterpret_cast<float *>(y), accumulate != 0);
-  return 1;
-}
 
 int32_t ddpc_conv2d_bias_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
                                  int64_t k, int64_t r, int64_t s, int64_t p,

@@ -1,20 +1,21 @@
 // RUN: ddpc-opt %s --split-input-file --ddpc-cpu-library-calls | FileCheck %s
 
-// Tests the CPU target's library calls (ddpc-cpu-library-calls): there is no
-// convolution library on the CPU, so a convolution becomes im2col + one
-// batched GEMM on OpenBLAS directly, with no ddpc_conv2d_f32 call and no
-// fallback branch; the zero fill of y is absorbed (beta 0).
+// Tests the CPU target's library calls (ddpc-cpu-library-calls): a
+// convolution calls the runtime's ddpc_conv2d_f32 (im2col + OpenBLAS,
+// CpuBlas.cpp) with beta 0 (the zero fill of y is absorbed), and its
+// fallback branch (taken with DDPC_CUDNN=0) is im2col + one batched GEMM.
 // CHECK-LABEL: func.func @conv(
-// CHECK-NOT: ddpc_conv2d_f32
-// CHECK-NOT: scf.if
 // CHECK-NOT: linalg.fill
+// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(%c0_i32, {{.*}}, %c0_i32_{{[0-9]+}}) {ddpc.library = "openblas"}
+// CHECK: %[[DECLINED:.*]] = arith.cmpi eq, %[[DONE]]
+// CHECK: scf.if %[[DECLINED]] {
 // CHECK: %[[COL:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x27x16xf32>
 // CHECK: linalg.generic {{.*}} outs(%{{.*}} : memref<2x3x3x3x4x4xf32>)
 // CHECK: arith.constant 64 : i64
 // CHECK-NEXT: %[[BETA:.*]] = arith.constant 0 : i32
 // CHECK-NEXT: call @ddpc_gemm_f32({{.*}}, %[[BETA]]) {{{.*}}ddpc.library = "openblas"}
 // CHECK: memref.dealloc %[[COL]]
-// CHECK-NOT: scf.if
+// CHECK: } {ddpc.library_fallback}
 // CHECK: return
 #x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
 #w = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>
@@ -34,12 +35,16 @@ func.func @conv(%x: memref<2x1x3x6x6xf32>, %w: memref<1x4x3x3x3xf32>, %y: memref
 
 // -----
 
-// A grouped convolution (2 groups) has no GEMM lowering here and no library
-// to try: it stays a generic (loops).
+// A grouped convolution (2 groups) calls ddpc_conv2d_f32 with 2 groups;
+// its fallback is the convolution generic itself (loops), which
+// accumulates, so the call accumulates too (no zero fill to absorb).
 // CHECK-LABEL: func.func @grouped(
+// CHECK: %[[DONE:.*]] = call @ddpc_conv2d_f32(
+// CHECK-SAME: ddpc.library = "openblas"
+// CHECK: scf.if
+// CHECK-NEXT: linalg.generic
 // CHECK-NOT: call
-// CHECK: linalg.generic
-// CHECK-NOT: call
+// CHECK: } {ddpc.library_fallback}
 // CHECK: return
 #xg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 + d6, d4 + d7)>
 #wg = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d1, d2, d5, d6, d7)>

@@ -99,22 +99,30 @@ def test_gemm_relu_epilogue_matches_onnxruntime(monkeypatch):
         dict(strides=[2, 2], pads=[1, 1, 1, 1]),
         dict(strides=[1, 2], dilations=[2, 1], pads=[1, 0, 0, 2]),
         dict(strides=[3, 3], kernel_shape=[2, 2]),  # windows do not overlap
-        dict(group=2, strides=[2, 1]),  # grouped: stays loops on the CPU
+        dict(kernel_shape=[1, 1]),  # x itself is the im2col matrix
+        dict(kernel_shape=[1, 1], strides=[2, 1]),
+        dict(group=2, strides=[2, 1]),
+        dict(group=4, pads=[1, 1, 1, 1]),  # depthwise
     ],
 )
-def test_conv_vjp_matches_numpy(attrs):
+@pytest.mark.parametrize("library", ["1", "0"])
+def test_conv_vjp_matches_numpy(attrs, library, monkeypatch):
     """Forward, input, weight and bias gradients of a float32 Conv on the
-    CPU target against numpy in float64: forward im2col + GEMM, weight
-    gradient im2col + transpose + GEMM, input gradient GEMM + col2im."""
+    CPU target against numpy in float64: the runtime's ddpc_conv2d_f32
+    (im2col per image and group + OpenBLAS), and with DDPC_CUDNN=0 the
+    generated fallback (im2col + GEMM for one group: forward im2col + GEMM,
+    weight gradient im2col + transpose + GEMM, input gradient GEMM +
+    col2im; the convolution loops for several)."""
     kh, kw = attrs.get("kernel_shape", [3, 2])
     group = attrs.get("group", 1)
-    c, oc = {1: (3, 4), 2: (4, 4)}[group]
+    c, oc = {1: (3, 4), 2: (4, 4), 4: (4, 4)}[group]
     shapes = {"x": [2, c, 9, 8], "w": [oc, c // group, kh, kw], "b": [oc]}
     m = model(
         [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], shapes.items()
     )
     prog = ddpc_py.compile(m, vjp=True, onnx_checker=False)
     lowered = prog.ir(prog.stages[-1])
-    assert "ddpc_conv2d_f32" not in lowered
+    assert lowered.count("llvm.call @ddpc_conv2d_f32(") == 3
     assert lowered.count("llvm.call @ddpc_gemm_f32(") == (3 if group == 1 else 0)
+    monkeypatch.setenv("DDPC_CUDNN", library)
     check_conv_vjp(prog, shapes, attrs)

@@ -14,6 +14,8 @@
 //                               (cuBLASLt), with the two as fallback
 //   ddpc-conv-epilogues         convolution + bias (+ ReLU) kernel -> one
 //                               fused call (cuDNN), with the two as fallback
+//   ddpc-collapse-loop-dims     adjacent loop dims of contiguous kernels
+//                               -> one dim (long, vectorizable loops)
 //   ddpc-outline-loop-nests     each top-level loop nest -> its own function
 //                               (LLVM's compile time grows superlinearly)
 //

@@ -13,6 +13,26 @@
 
 include "mlir/Pass/PassBase.td"
 
+def CollapseLoopDimsPass : Pass<"ddpc-collapse-loop-dims", "mlir::func::FuncOp"> {
+  let summary = "Merge the adjacent loop dims of linalg.generic ops on contiguous buffers";
+  let description = [{
+    `ddpc-collapse-loop-dims` (bufferized IR, before
+    `convert-linalg-to-loops`). An elementwise kernel over a weight of
+    shape 64x64x3x3 becomes four loops whose innermost runs 3 times, and
+    LLVM's loop vectorizer then vectorizes across the wrong loop with
+    gathers and scatters (the optimizer update of ResNet-18 spent most of
+    its time there). Each run of adjacent loop dims of one iterator type
+    that every indexing map keeps contiguous (upstream's
+    `areDimSequencesPreserved`) becomes one dim
+    (`linalg::collapseOpIterationDims`, `memref.collapse_shape` on the
+    operands): the same kernel is one loop of 36864 iterations. Only ops
+    whose operands are all statically shaped memrefs of identity layout
+    change; the summation order of a reduction is unchanged (the merged
+    dims are visited in the same order).
+  }];
+  let dependentDialects = ["mlir::memref::MemRefDialect", "mlir::linalg::LinalgDialect"];
+}
+
 def OutlineLoopNestsPass : Pass<"ddpc-outline-loop-nests", "mlir::ModuleOp"> {
   let summary = "Move each top-level loop nest of a function into its own private function";
   let description = [{
