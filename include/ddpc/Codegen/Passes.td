@@ -20,8 +20,7 @@ def CollapseLoopDimsPass : Pass<"ddpc-collapse-loop-dims", "mlir::func::FuncOp">
     `convert-linalg-to-loops`). An elementwise kernel over a weight of
     shape 64x64x3x3 becomes four loops whose innermost runs 3 times, and
     LLVM's loop vectorizer then vectorizes across the wrong loop with
-    gathers and scatters (the optimizer update of ResNet-18 spent most of
-    its time there). Each run of adjacent loop dims of one iterator type
+    gathers and scatters. Each run of adjacent loop dims of one iterator type
     that every indexing map keeps contiguous (upstream's
     `areDimSequencesPreserved`) becomes one dim
     (`linalg::collapseOpIterationDims`, `memref.collapse_shape` on the
@@ -40,8 +39,7 @@ def OutlineLoopNestsPass : Pass<"ddpc-outline-loop-nests", "mlir::ModuleOp"> {
     `convert-linalg-to-loops`; before `convert-func-to-llvm`). A training
     step lowers to one function of tens of thousands of instructions, and
     LLVM's loop passes (IndVarSimplify most of all, through SCEV) take
-    time superlinear in a function's size: 63% of ResNet-18's `-O2` time
-    went there. Each `scf.for` / `scf.parallel` directly in a function body
+    time superlinear in a function's size (docs/cpu-speed.md). Each `scf.for` / `scf.parallel` directly in a function body
     with at least `min-ops` operations becomes a private function
     (`<parent>.loop<N>`, internal linkage) called with `no_inline`, so LLVM
     optimizes many small functions and the call costs one jump per nest.

@@ -32,10 +32,10 @@ constexpr size_t kBufferAlignment = 64;
 /// largest M_MMAP_THRESHOLD) come from the heap, and up to 1 GiB of free
 /// heap top is kept (M_TRIM_THRESHOLD). Every step frees and reallocates
 /// the same temporaries; returned memory cost a page fault and a zeroed
-/// page per 4 KiB on each reuse (half the Fashion-MNIST CNN's inference
-/// time). The peak resident set is unchanged. Called first by the
-/// programs' main(); not by the shared library, whose host process owns
-/// malloc's settings. No-op where mallopt is unavailable.
+/// page per 4 KiB on each reuse (docs/cpu-speed.md). The peak resident set is
+/// unchanged. Called first by the programs' main(); not by the shared library,
+/// whose host process owns malloc's settings. No-op where mallopt is
+/// unavailable.
 inline void keepFreedHostMemory() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
