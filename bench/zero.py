@@ -1,16 +1,19 @@
-"""ZeRO stage 1 benchmark of `make bench` (bench/README.md), issue 20.
+"""ZeRO stages 1 and 2 benchmark of `make bench` (bench/README.md), issue 20.
 
 Per model and world size N: the same training program compiled with
-`--zero-stage 0` and `--zero-stage 1`, run for a few steps on N ranks
+`--zero-stage 0`, `1` and `2`, run for a few steps on N ranks
 (`mpirun --oversubscribe`, 1 thread per rank). Columns: the optimizer state
 per rank in the compile-time memory plan, the peak the program measured on
 rank 0 against the plan it printed (bytes), the saving ZeRO's formula
 predicts (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
 Trillion Parameter Models", SC 2020, sec. 5.1: stage 1 keeps K·Ψ/N of the
 K·Ψ bytes of optimizer state; ddpc's stage 0 keeps two halves, 2·K·Ψ, so
-stage 1 saves 2·K·Ψ - K·Ψ/N, less its gather buffers), the median step
-time of each stage and their ratio, and the largest weight difference
-between the two stages after the run (the results must agree).
+stage 1 saves 2·K·Ψ - K·Ψ/N, less its gather buffers; sec. 5.2: stage 2
+keeps Ψ/N of the Ψ gradient bytes, where ddpc's stage 0 keeps two halves and
+one MPI staging copy, 3·Ψ, so stage 2 saves another 3·Ψ - Ψ/N, less its two
+buckets in flight), the median step time of each stage and their ratio to
+stage 0, and the largest weight difference between each stage and stage 0
+after the run (the results must agree).
 
 Used by run_bench.py (run(), markdown()); needs numpy, onnx, mpirun and the
 ddpc binary.
@@ -26,9 +29,12 @@ MODELS = ("resnet18", "transformer")
 RANKS = (2, 4)
 
 
-def _state_bytes(report: dict) -> int:
+STAGES = (0, 1, 2)
+
+
+def _category_bytes(report: dict, name: str) -> int:
     cats = report["memory_plan"]["categories"]
-    return sum(c["bytes"] for c in cats if "optimizer" in c["category"])
+    return sum(c["bytes"] for c in cats if c["category"] == name)
 
 
 def _compile(ctx, model_path, cfg, stage, out):
@@ -59,7 +65,7 @@ def run(ctx, work):
         steps = cfg["warmup"] + cfg["steps"]
         xp, yp = ctx.make_data(name, steps * cfg["batch"] * max(RANKS), d)
         plans, progs, err = {}, {}, None
-        for stage in (0, 1):
+        for stage in STAGES:
             progs[stage] = d / f"zero{stage}"
             plans[stage], err = _compile(ctx, model_path, cfg, stage, progs[stage])
             if err:
@@ -77,7 +83,7 @@ def run(ctx, work):
                 row["error"] = err
                 continue
             runs = {}
-            for stage in (0, 1):
+            for stage in STAGES:
                 save = d / f"s{stage}-n{ranks}.onnx"
                 runs[stage] = ctx.train(
                     ctx.args, progs[stage], xp, yp, cfg, ranks, ["--save", save]
@@ -88,21 +94,32 @@ def run(ctx, work):
                 runs[stage]["weights"] = _weights(save)
             if "error" in row:
                 continue
-            state = _state_bytes(plans[0])
+            state = _category_bytes(plans[0], "optimizer state")
+            grads = _category_bytes(plans[0], "gradients")
             row["state_bytes"] = state
-            # Stage 0 double-buffers the state (two halves, TrainMain.cpp);
-            # stage 1 keeps one copy of 1/N of it.
-            row["formula_saving_bytes"] = state * (1 - 1 / (2 * ranks))
-            for stage in (0, 1):
+            row["grad_bytes"] = grads
+            # Stage 0 double-buffers the state and the gradients (two
+            # halves, TrainMain.cpp) and stages every gradient once more for
+            # MPI; stage 1 keeps one copy of 1/N of the state, stage 2 also
+            # of the gradients.
+            s1 = state * (1 - 1 / (2 * ranks))
+            row["formula_saving_bytes1"] = s1
+            row["formula_saving_bytes2"] = s1 + grads * (1.5 - 1 / (2 * ranks))
+            w0 = runs[0]["weights"]
+            for stage in STAGES:
                 row[f"peak{stage}"] = runs[stage]["peak_memory_bytes"]
                 row[f"plan{stage}"] = runs[stage]["memory_plan_bytes"]
                 row[f"step_ms{stage}"] = runs[stage]["step_ms"]
-            row["measured_saving_bytes"] = row["peak0"] - row["peak1"]
-            row["step_ratio"] = row["step_ms1"] / row["step_ms0"]
-            w0, w1 = runs[0]["weights"], runs[1]["weights"]
-            row["max_abs_diff"] = max(
-                float(np.max(np.abs(w0[k] - w1[k]))) for k in w0 if k in w1
-            )
+                if stage == 0:
+                    continue
+                row[f"measured_saving_bytes{stage}"] = (
+                    row["peak0"] - row[f"peak{stage}"]
+                )
+                row[f"step_ratio{stage}"] = row[f"step_ms{stage}"] / row["step_ms0"]
+                w = runs[stage]["weights"]
+                row[f"max_abs_diff{stage}"] = max(
+                    float(np.max(np.abs(w0[k] - w[k]))) for k in w0 if k in w
+                )
     return {"rows": rows}
 
 
@@ -116,21 +133,25 @@ def markdown(report, fmt):
         return []
     lines = [
         "",
-        "## ZeRO stage 1 vs stage 0 (issue 20)",
+        "## ZeRO stages 1 and 2 vs stage 0 (issue 20)",
         "",
-        "The same program compiled with `--zero-stage 0` and `1`, run on N ranks "
-        "(`mpirun --oversubscribe`, 1 thread each, so N > 2 shares 2 cores). "
-        "State: the whole optimizer state in the plan (MiB). Peak / plan: what "
-        "rank 0 measured and the plan it printed (MiB). Formula: the saving ZeRO "
-        "predicts, state·(1 − 1/(2N)) (stage 0 keeps the state in two halves, "
-        "stage 1 one copy of 1/N; stage 1's gather buffers, ≤ 1 MiB + 1 MiB/N, "
-        "and its rounding to 4096-float chunks are not in it); measured: "
-        "peak₀ − peak₁. Step: median ms after "
-        "warm-up. Δw: the largest weight difference between the stages.",
+        "The same program compiled with `--zero-stage 0`, `1` and `2`, run on N "
+        "ranks (`mpirun --oversubscribe`, 1 thread each, so N > 2 shares 2 "
+        "cores). State / grads: the optimizer state and the gradients in stage "
+        "0's plan (MiB; two halves each). Peak / plan: what rank 0 measured and "
+        "the plan it printed (MiB). Formula: the saving ZeRO predicts against "
+        "stage 0, stage 1: state·(1 − 1/(2N)); stage 2: also grads·(1.5 − "
+        "1/(2N)) (stage 0's two halves and MPI staging copy against one copy of "
+        "1/N); the gather buffers (≤ 1 MiB + 1 MiB/N), stage 2's two buckets in "
+        "flight and the rounding to 4096-float chunks are not in it; measured: "
+        "peak₀ − peakₖ. Step: median ms after warm-up; ratio: stage k over "
+        "stage 0. Δw: the largest weight difference from stage 0.",
         "",
-        "| model | opt | N × batch | state | stage 0 peak / plan | stage 1 peak / plan | "
-        "saving formula / measured | step ms 0 / 1 | ratio | max \\|Δw\\| |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | opt | N × batch | state / grads | stage 0 peak / plan | "
+        "stage 1 peak / plan | stage 2 peak / plan | saving 1 formula / "
+        "measured | saving 2 formula / measured | step ms 0 / 1 / 2 | "
+        "ratio 1 / 2 | max \\|Δw\\| 1 / 2 |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in r["rows"]:
         head = (
@@ -138,15 +159,21 @@ def markdown(report, fmt):
             f"{row['ranks']} × {row['batch_per_rank']} |"
         )
         if "error" in row:
-            lines.append(f"{head} error: {row['error']} | | | | | | |")
+            lines.append(f"{head} error: {row['error']} | | | | | | | | |")
             continue
         lines.append(
-            f"{head} {_mib(row['state_bytes'])} | "
-            f"{_mib(row['peak0'])} / {_mib(row['plan0'])} | "
-            f"{_mib(row['peak1'])} / {_mib(row['plan1'])} | "
-            f"{_mib(row['formula_saving_bytes'])} / "
-            f"{_mib(row['measured_saving_bytes'])} | "
-            f"{fmt(row['step_ms0'])} / {fmt(row['step_ms1'])} | "
-            f"{fmt(row['step_ratio'])} | {row['max_abs_diff']:.1e} |"
+            f"{head} {_mib(row['state_bytes'])} / {_mib(row['grad_bytes'])} | "
+            + " | ".join(
+                f"{_mib(row[f'peak{k}'])} / {_mib(row[f'plan{k}'])}" for k in STAGES
+            )
+            + " | "
+            + " | ".join(
+                f"{_mib(row[f'formula_saving_bytes{k}'])} / "
+                f"{_mib(row[f'measured_saving_bytes{k}'])}"
+                for k in (1, 2)
+            )
+            + f" | {' / '.join(fmt(row[f'step_ms{k}']) for k in STAGES)} | "
+            f"{fmt(row['step_ratio1'])} / {fmt(row['step_ratio2'])} | "
+            f"{row['max_abs_diff1']:.1e} / {row['max_abs_diff2']:.1e} |"
         )
     return lines

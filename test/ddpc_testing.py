@@ -107,8 +107,7 @@ F, C, H = 12, 5, 16  # the MLP's features, classes, hidden units
 def mlp_model(path, seed=0, dropout=0.0):
     """Writes MatMul -> Add -> Relu -> (Dropout) -> Gemm to `path`; returns
     its initializers."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     inits = {
@@ -129,17 +128,27 @@ def mlp_model(path, seed=0, dropout=0.0):
         nodes.append(helper.make_node("Identity", ["r0"], ["r"]))
         extra = []
     nodes.append(helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"]))
+    save_classifier(path, "mlp", nodes, inits, F, extra)
+    return inits
+
+
+def save_classifier(path, name, nodes, inits, features, extra=()):
+    """Writes the opset-17 graph `nodes` from x (float32 [N, features]) to
+    logits (float32 [N, C]) with the initializers `inits` (name -> array)
+    and the TensorProtos `extra` to `path`."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
     g = helper.make_graph(
         nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", F])],
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()] + extra,
+        [numpy_helper.from_array(v, k) for k, v in inits.items()] + list(extra),
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
-    return inits
 
 
 def data(n, seed=1, shape=(F,)):

@@ -181,18 +181,26 @@ MemoryPlan computeMemoryPlan(ModuleOp module, const RuntimeFootprint &rt) {
   plan.optimizerState = rt.stateCopies * rt.optSlots * paramBytes;
   plan.worldSize = rt.worldSize;
   plan.zeroStage = rt.zeroStage;
-  if (rt.zeroStage == 1 && rt.worldSize > 0) {
-    std::vector<int64_t> numels;
-    for (int64_t b : rt.paramBytes)
-      numels.push_back(b / 4);
+  std::vector<int64_t> numels;
+  for (int64_t b : rt.paramBytes)
+    numels.push_back(b / 4);
+  if (rt.zeroStage >= 1 && rt.worldSize > 0)
     plan.optimizerState = zeroStage1Bytes(numels, rt.optSlots, rt.zeroChunk,
                                           rt.worldSize, rt.bufferAlignment);
-  }
   plan.buffers = rt.stateCopies * bufferBytes;
   // The gradient buckets' staging memory covers every gradient once (with
   // more than one rank).
   plan.collectiveBuffers =
       rt.bucketStaging && rt.worldSize != 1 ? exactGradBytes : 0;
+  if (rt.zeroStage >= 2) {
+    // One gradient slice, and the buckets in flight (also at one rank).
+    int64_t world = std::max<int64_t>(rt.worldSize, 1);
+    int64_t all = zeroStage2GradientBytes(numels, rt.zeroBuckets, rt.zeroChunk,
+                                          world, rt.bufferAlignment);
+    plan.gradients = zeroStage2GradientBytes(numels, {}, rt.zeroChunk, world,
+                                             rt.bufferAlignment);
+    plan.collectiveBuffers = all - plan.gradients;
+  }
   for (int64_t b : rt.batchBytes) {
     plan.dataBatches += buf(b);
     plan.stagingBuffers += rt.stagingSlots * buf(b);

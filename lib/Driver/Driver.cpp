@@ -14,6 +14,7 @@
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
 #include "ddpc/Training/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -26,6 +27,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <map>
 
 using namespace mlir;
 
@@ -159,8 +162,10 @@ int Compilation::run(const std::string &modelBytes) {
     return writeOutput(printOp(*module));
   }
   pipeline = options.pipeline;
-  if (training)
+  if (training) {
     pipeline.bucketCapMB = options.train.bucketCapMB;
+    pipeline.shardGradients = zeroStage == 2;
+  }
   if (!runPhase("fused", [&](OpPassManager &pm) {
         buildGraphOptimizationPipeline(pm, pipeline);
       }))
@@ -465,6 +470,27 @@ int Compilation::planMemory() {
   }
   rt.worldSize = options.worldSize;
   rt.zeroChunk = trainInfo.zeroChunk;
+  if (zeroStage == 2) {
+    // The buckets the step hands its gradients over in (parameter indices).
+    std::map<std::string, int32_t> index;
+    for (auto [i, p] : llvm::enumerate(trainInfo.params))
+      index[p.name] = static_cast<int32_t>(i);
+    std::map<int64_t, std::vector<int32_t>> buckets;
+    module->walk([&](func::CallOp call) {
+      auto kind = call->getAttrOfType<StringAttr>(attrs::kCollective);
+      if (!kind || kind.getValue() != "reduce_scatter_bucket")
+        return;
+      auto &members =
+          buckets[call->getAttrOfType<IntegerAttr>(attrs::kBucket).getInt()];
+      for (auto name : call->getAttrOfType<ArrayAttr>(attrs::kParams)
+                           .getAsRange<StringAttr>())
+        members.push_back(index.at(name.str()));
+    });
+    trainInfo.zeroBuckets.clear();
+    for (auto &[b, members] : buckets)
+      trainInfo.zeroBuckets.push_back(std::move(members));
+    rt.zeroBuckets = trainInfo.zeroBuckets;
+  }
   auto planAt = [&](int64_t stage) {
     rt.zeroStage = stage;
     return computeMemoryPlan(*module, rt);
@@ -529,8 +555,9 @@ int Compilation::planMemory() {
   const MemoryPlan &plan = *memoryPlan;
   std::string where = " (" + plan.largestCategories(4) + "; peak in " +
                       plan.peakFunction + " at " + plan.peakOp + ")";
-  std::string at = plan.zeroStage == 1 && N
-                       ? " at ZeRO stage 1 on " + std::to_string(N) +
+  std::string at = plan.zeroStage >= 1 && N
+                       ? " at ZeRO stage " + std::to_string(plan.zeroStage) +
+                             " on " + std::to_string(N) +
                              (N == 1 ? " rank" : " ranks")
                        : "";
   // What would make it fit, the implemented options first.
@@ -542,13 +569,13 @@ int Compilation::planMemory() {
            " of optimizer state over the ranks: add --zero-stage 1 (or "
            "auto)" +
            std::string(N ? "" : " with --world-size N");
-  else if (plan.zeroStage == 1 && !N)
+  else if (plan.zeroStage >= 1 && !N)
     hint = "; give --world-size N so that the plan counts each rank's "
            "1/N of the optimizer state";
   error = "--memory-budget " + size(memoryBudget, plan.peak) +
           " is below the predicted peak of " + size(plan.peak, memoryBudget) +
           " per rank" + at + where + hint +
-          "; ZeRO stages 2-3 and rematerialization are not implemented yet, "
+          "; ZeRO stage 3 and rematerialization are not implemented yet, "
           "so use a smaller --batch-size or a --memory-budget of at least " +
           std::to_string(plan.peak) + " bytes (" + formatBytes(plan.peak) + ")";
   return kCompileError;

@@ -151,6 +151,8 @@ struct CompileReport {
     std::vector<std::string> params; ///< in the order backward ends them
     std::string function;
     int64_t startOp, functionOps;
+    /// "allreduce_bucket", or "reduce_scatter_bucket" at ZeRO stage 2.
+    std::string op;
   };
   /// Per public step function: what one call launches.
   struct CUDAFunction {

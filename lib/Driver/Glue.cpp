@@ -142,8 +142,10 @@ void emitTrainForwarders(llvm::raw_ostream &os,
                          const TrainingProgramInfo &info) {
   size_t P = info.params.size(), NB = info.buffers.size(), S = info.optSlots;
   size_t D = info.data.size();
-  // train_micro's last input (rng) comes after the outputs in the ABI.
-  size_t nin = 2 * P + NB + D + 1, nout = NB + P + 2;
+  // train_micro's last input (rng) comes after the outputs in the ABI. At
+  // ZeRO stage 2 it has no gradient accumulators and no gradient outputs.
+  size_t A = info.zeroStage >= 2 ? 0 : P;
+  size_t nin = P + A + NB + D + 1, nout = NB + A + 2;
   os << "extern void " << kTrainMicroFunc << "(";
   for (size_t i = 0; i < nin + nout + 1; ++i)
     os << (i ? ", " : "") << "void *";
@@ -164,6 +166,18 @@ void emitTrainForwarders(llvm::raw_ostream &os,
        << "LL;\n";
     emitForwarder(os, kApplyShardGlue, kApplyShardFunc,
                   (1 + S + 1 + 3) + (1 + S));
+  }
+  if (info.zeroStage >= 2) {
+    os << "const int32_t " << kGlueZeroNumBuckets << " = "
+       << info.zeroBuckets.size() << ";\n";
+    os << "const int32_t " << kGlueZeroBucketSizes << "[] = {";
+    for (const auto &b : info.zeroBuckets)
+      os << b.size() << ", ";
+    os << "0};\nconst int32_t " << kGlueZeroBucketParams << "[] = {";
+    for (const auto &b : info.zeroBuckets)
+      for (int32_t m : b)
+        os << m << ", ";
+    os << "0};\n";
   }
 }
 
@@ -265,6 +279,8 @@ std::string generateMemoryPlanGlue(const MemoryPlan &plan, int64_t budget) {
          std::to_string(plan.collectiveBuffers) + "LL;\nconst int64_t " +
          kGlueMemoryPlanOptimizer.str() + " = " +
          std::to_string(plan.optimizerState) + "LL;\nconst int64_t " +
+         kGlueMemoryPlanGradients.str() + " = " +
+         std::to_string(plan.gradients) + "LL;\nconst int64_t " +
          kGlueMemoryPlanWorldSize.str() + " = " +
          std::to_string(plan.worldSize) + "LL;\nconst int64_t " +
          kGlueMemoryBudget.str() + " = " + std::to_string(budget) + "LL;\n";

@@ -169,25 +169,26 @@ int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
     error = "--zero-stage applies to training programs (--train)";
     return kCompileError;
   }
-  if (z == "1" || z == "auto") {
+  if (z == "1" || z == "2" || z == "auto") {
     if (z == "auto") {
       zeroStage = kZeroStageAuto;
     } else if (options.target == "cuda") {
-      error = "--zero-stage 1 is implemented for --target cpu and "
-              "cuda-emulate, not yet for cuda; use --zero-stage 0";
+      error = "--zero-stage " + z +
+              " is implemented for --target cpu and cuda-emulate, not yet "
+              "for cuda; use --zero-stage 0";
       return kCompileUnsupported;
     } else {
-      zeroStage = 1;
+      zeroStage = z == "1" ? 1 : 2;
     }
   } else if (z != "0") {
-    bool planned = z == "2" || z == "3";
-    error = planned ? "--zero-stage " + z +
-                          " is planned but not implemented yet; implemented: "
-                          "0 (every rank keeps the whole state), 1 (the "
-                          "optimizer state is sharded over the ranks) and "
-                          "auto (the compiler picks under --memory-budget)"
+    bool planned = z == "3";
+    error = planned ? "--zero-stage 3 is planned but not implemented yet; "
+                      "implemented: 0 (every rank keeps the whole state), 1 "
+                      "(the optimizer state is sharded over the ranks), 2 "
+                      "(the gradients too) and auto (the compiler picks 0 or "
+                      "1 under --memory-budget)"
                     : "unknown --zero-stage '" + z +
-                          "' (supported: 0, 1, auto; planned: 2, 3)";
+                          "' (supported: 0, 1, 2, auto; planned: 3)";
     return planned ? kCompileUnsupported : kCompileError;
   }
   if (r != "off") {

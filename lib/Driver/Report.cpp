@@ -146,9 +146,11 @@ void CompileReport::fillBuckets(ModuleOp module) {
   buckets.clear();
   module.walk([&](func::CallOp call) {
     auto kind = call->getAttrOfType<StringAttr>(attrs::kCollective);
-    if (!kind || kind.getValue() != "allreduce_bucket")
+    if (!kind || (kind.getValue() != "allreduce_bucket" &&
+                  kind.getValue() != "reduce_scatter_bucket"))
       return;
     Bucket b;
+    b.op = kind.str();
     b.index = call->getAttrOfType<IntegerAttr>(attrs::kBucket).getInt();
     b.bytes = call->getAttrOfType<IntegerAttr>(attrs::kBytes).getInt();
     for (auto name : call->getAttrOfType<ArrayAttr>(attrs::kParams)
@@ -261,8 +263,7 @@ std::string CompileReport::toJSON() const {
                                       {"function", b.function},
                                       {"start_op", b.startOp},
                                       {"function_ops", b.functionOps}});
-      colls.push_back(
-          llvm::json::Object{{"op", "allreduce_bucket"}, {"bytes", b.bytes}});
+      colls.push_back(llvm::json::Object{{"op", b.op}, {"bytes", b.bytes}});
       collectiveBytes += b.bytes;
     }
     root["gradient_buckets"] = std::move(bs);
@@ -327,6 +328,19 @@ std::string CompileReport::toJSON() const {
                 "16 KiB beyond), which the plan "
                 "the program prints at exit (memory_plan_bytes in "
                 "--log-json) includes; --world-size N plans for N";
+    if (zeroStage == 2)
+      plan["zero_note"] =
+          "ZeRO stage 2" +
+          (memory->worldSize
+               ? " on " + std::to_string(memory->worldSize) + " ranks"
+               : std::string(" (planned for 1 rank; --world-size N plans "
+                             "for N)")) +
+          ": the optimizer state and the gradients above are one rank's "
+          "slice (1/N, rounded up to chunks of 4096 floats); the collective "
+          "buffers are the two gradient buckets in flight (the largest "
+          "bucket, and the largest part of one that a rank receives); the "
+          "gradients themselves are temporaries of train_micro until their "
+          "bucket is reduce-scattered";
   }
   if (!partial.empty())
     root["partial"] = partial;

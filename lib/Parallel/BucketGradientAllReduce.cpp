@@ -38,6 +38,7 @@ struct GradOut {
   int64_t bytes = 0;          // CostModel.h
   Operation *ready = nullptr; // nullptr: at function entry
   unsigned position = 0;      // of `ready` in the entry block, + 1
+  func::CallOp start;         // its bucket's start call
 };
 
 /// Whether `op` uses a buffer without reading or writing its elements
@@ -176,7 +177,9 @@ struct BucketGradientAllReducePass
       auto start = func::CallOp::create(
           b, loc, kBucketStartFn, TypeRange{},
           ValueRange{RuntimeArgs{b, loc}.integer(bucketIndex, 64)});
-      start->setAttr(attrs::kCollective, b.getStringAttr("allreduce_bucket"));
+      start->setAttr(attrs::kCollective,
+                     b.getStringAttr(shardGradients ? "reduce_scatter_bucket"
+                                                    : "allreduce_bucket"));
       start->setAttr(attrs::kBytes, b.getI64IntegerAttr(bytes));
       start->setAttr(attrs::kBucket, b.getI64IntegerAttr(bucketIndex));
       start->setAttr(attrs::kParams, b.getArrayAttr(names));
@@ -184,6 +187,8 @@ struct BucketGradientAllReducePass
       // `ddpc.start_op` of `ddpc.function_ops` (the rest overlaps).
       start->setAttr(attrs::kStartOp, b.getI64IntegerAttr(closing.position));
       start->setAttr(attrs::kFunctionOps, b.getI64IntegerAttr(position.size()));
+      for (size_t j = begin; j <= i; ++j)
+        grads[j].start = start;
       ++bucketIndex;
       begin = i + 1;
       bytes = 0;
@@ -191,7 +196,47 @@ struct BucketGradientAllReducePass
     b.setInsertionPoint(entry.getTerminator());
     func::CallOp::create(b, f.getLoc(), kBucketWaitFn, TypeRange{},
                          ValueRange{});
+    if (shardGradients)
+      gradientsToTemporaries(f, grads, position);
     return success();
+  }
+
+  /// ZeRO stage 2: each gradient out-parameter becomes a buffer allocated
+  /// before its first use and freed after its bucket's start call, which
+  /// copies it to the runtime; the out-parameter is erased.
+  void gradientsToTemporaries(
+      func::FuncOp f, ArrayRef<GradOut> grads,
+      const llvm::DenseMap<Operation *, unsigned> &position) {
+    Block &entry = f.getBody().front();
+    OpBuilder b(f.getContext());
+    llvm::BitVector erase(f.getNumArguments());
+    for (GradOut g : grads) {
+      Operation *first = nullptr;
+      unsigned firstPos = 0;
+      for (Operation *user : g.arg.getUsers()) {
+        Operation *top = entry.findAncestorOpInBlock(*user);
+        if (!top)
+          continue;
+        unsigned pos = position.lookup(top);
+        // Ops the bucket pass inserted have no position: after all others.
+        if (!pos)
+          continue;
+        if (!first || pos < firstPos)
+          first = top, firstPos = pos;
+      }
+      auto type = cast<MemRefType>(g.arg.getType());
+      if (first)
+        b.setInsertionPoint(first);
+      else
+        b.setInsertionPoint(g.start);
+      auto alloc =
+          memref::AllocOp::create(b, f.getLoc(), type, b.getI64IntegerAttr(64));
+      g.arg.replaceAllUsesWith(alloc.getResult());
+      b.setInsertionPointAfter(g.start);
+      memref::DeallocOp::create(b, f.getLoc(), alloc.getResult());
+      erase.set(g.arg.getArgNumber());
+    }
+    (void)f.eraseArguments(erase);
   }
 };
 

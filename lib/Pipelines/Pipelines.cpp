@@ -77,6 +77,7 @@ void buildBufferizationPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
   BucketGradientAllReducePassOptions buckets;
   buckets.bucketCapMB = options.bucketCapMB;
+  buckets.shardGradients = options.shardGradients;
   pm.addPass(createBucketGradientAllReducePass(buckets));
 }
 
@@ -251,6 +252,11 @@ struct BufferizePipelineOptions
       llvm::cl::desc("Gradient bucket cap in MiB (PyTorch DDP's "
                      "bucket_cap_mb)"),
       llvm::cl::init(25.0)};
+  Option<bool> shardGradients{
+      *this, "shard-gradients",
+      llvm::cl::desc("ZeRO stage 2: gradients leave the training step only "
+                     "through the buckets"),
+      llvm::cl::init(false)};
 };
 
 /// `ddpc-opt --ddpc-cpu-pipeline='fuse-elementwise=false bucket-cap-mb=4'`.
@@ -265,6 +271,11 @@ struct CPUPipelineRegistrationOptions
       llvm::cl::desc("Gradient bucket cap in MiB (PyTorch DDP's "
                      "bucket_cap_mb)"),
       llvm::cl::init(25.0)};
+  Option<bool> shardGradients{
+      *this, "shard-gradients",
+      llvm::cl::desc("ZeRO stage 2: gradients leave the training step only "
+                     "through the buckets"),
+      llvm::cl::init(false)};
 };
 
 /// `ddpc-opt --ddpc-nvvm='chips=sm_80,sm_90 libdevice=PATH'`.
@@ -298,6 +309,7 @@ void registerPipelines() {
         [](OpPassManager &pm, const BufferizePipelineOptions &o) {
           CPUPipelineOptions options;
           options.bucketCapMB = o.bucketCapMB;
+          options.shardGradients = o.shardGradients;
           buildBufferizationPipeline(pm, options);
         });
     PassPipelineRegistration<>(
@@ -346,6 +358,7 @@ void registerPipelines() {
           CPUPipelineOptions options;
           options.fuseElementwise = o.fuseElementwise;
           options.bucketCapMB = o.bucketCapMB;
+          options.shardGradients = o.shardGradients;
           buildCPUPipeline(pm, options);
         });
     return true;

@@ -14,8 +14,10 @@
 #include "ddpc/Runtime/TrainABI.h"
 
 #include "ProcessGroup.h"
+#include "ZeroShard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -129,9 +131,90 @@ void drainCommThread() {
     gCommThread->drain();
 }
 
+/// ZeRO stage 2 (ZeroShard.h): the gradient slice and bucket buffers, and
+/// per buffer pair the bucket in it (-1: free) and its collective. With
+/// the communication thread a pair is freed there, after its sum has been
+/// added into the slice; without it, when the pair is needed again or at
+/// the wait.
+ZeroGradients *gShard = nullptr;
+struct ShardSlot {
+  int64_t bucket = -1;
+  std::vector<int64_t> counts;
+  PendingCollective pending;
+};
+std::vector<ShardSlot> gShardSlots;
+std::mutex gShardMutex;
+std::condition_variable gShardFreed;
+
+std::string bucketWhat(int64_t bucket) {
+  return "reduce-scatter of gradient bucket " + std::to_string(bucket) +
+         " (ZeRO stage 2)";
+}
+
+/// Main thread, no communication thread: completes the bucket in `slot`.
+void finishShardSlot(int64_t slot) {
+  ShardSlot &s = gShardSlots[slot];
+  if (s.bucket < 0)
+    return;
+  waitCollective(s.pending, bucketWhat(s.bucket).c_str());
+  gShard->accumulate(s.bucket, gShard->recvBuffer(slot));
+  s.bucket = -1;
+}
+
+/// Packs the bucket's gradients into a free buffer pair and starts its
+/// reduce-scatter (on the communication thread when there is one).
+void startShardBucket(int64_t bucket) {
+  int64_t slot = bucket % gShard->slots();
+  ShardSlot &s = gShardSlots[slot];
+  if (gCommThread) {
+    std::unique_lock<std::mutex> lock(gShardMutex);
+    gShardFreed.wait(lock, [&] { return s.bucket < 0; });
+  } else {
+    finishShardSlot(slot);
+  }
+  gShard->pack(bucket, gFilling, gShard->sendBuffer(slot), s.counts);
+  gFilling.clear();
+  s.bucket = bucket;
+  auto start = [slot, bucket] {
+    ShardSlot &t = gShardSlots[slot];
+    t.pending = startReduceScatterSum(gShard->sendBuffer(slot),
+                                      gShard->recvBuffer(slot), t.counts,
+                                      "MPI_Ireduce_scatter (gradient bucket)");
+    (void)bucket;
+  };
+  if (gCommThread) {
+    gCommThread->submit([slot, bucket, start] {
+      start();
+      ShardSlot &t = gShardSlots[slot];
+      waitCollective(t.pending, bucketWhat(bucket).c_str());
+      gShard->accumulate(bucket, gShard->recvBuffer(slot));
+      {
+        std::lock_guard<std::mutex> lock(gShardMutex);
+        t.bucket = -1;
+      }
+      gShardFreed.notify_all();
+    });
+    return;
+  }
+  start();
+  for (ShardSlot &t : gShardSlots)
+    if (t.bucket >= 0)
+      testCollective(t.pending);
+}
+
 } // namespace
 
 void setGradientSync(bool on) { gGradientSync = on; }
+
+void setGradientShard(ZeroGradients *grads) {
+  drainCommThread();
+  gShard = grads;
+  gShardSlots.assign(grads ? static_cast<size_t>(grads->slots()) : 0,
+                     ShardSlot{});
+  // The buckets run on the communication thread from the first one on.
+  if (grads && gThreadSerialized && !gCommThread)
+    gCommThread = std::make_unique<CommThread>();
+}
 
 void collectivesInit(int *argc, char ***argv) {
   startProcessGroup(argc, argv, &linkedMpi());
@@ -155,7 +238,9 @@ extern "C" void ddpc_rt_allreduce_sum_f32(float *data, int64_t count) {
 
 extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
   using namespace ddpc::runtime;
-  if (gGradientSync && worldSize() > 1 && count > 0)
+  // ZeRO stage 2: every call, at any world size (the gradients exist only
+  // until their bucket starts).
+  if (gShard || (gGradientSync && worldSize() > 1 && count > 0))
     gFilling.emplace_back(data, count);
 }
 
@@ -165,6 +250,8 @@ extern "C" void ddpc_rt_bucket_add_f32(float *data, int64_t count) {
 /// int counts), with MPI_Test on the buckets in flight to progress them.
 extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
   using namespace ddpc::runtime;
+  if (gShard)
+    return startShardBucket(bucket);
   if (!gGradientSync || worldSize() == 1 || gFilling.empty())
     return;
   if (gStarted == gBuckets.size())
@@ -203,6 +290,11 @@ extern "C" void ddpc_rt_bucket_allreduce_start(int64_t bucket) {
 extern "C" void ddpc_rt_bucket_allreduce_wait(void) {
   using namespace ddpc::runtime;
   drainCommThread();
+  if (gShard) {
+    for (size_t i = 0; i < gShardSlots.size(); ++i)
+      finishShardSlot(static_cast<int64_t>(i));
+    return;
+  }
   for (size_t i = 0; i < gStarted; ++i) {
     Bucket &b = gBuckets[i];
     b.finish();

@@ -52,6 +52,11 @@ struct MpiCalls {
   /// at recv + q * bytes.
   int (*iallgather)(const void *send, void *recv, int bytes,
                     MpiRequest *request);
+  /// MPI_Ireduce_scatter(send, recv, recvcounts, ..., MPI_SUM): the sum
+  /// over ranks of `send`, whose first recvcounts[0] elements go to rank 0,
+  /// the next recvcounts[1] to rank 1, ...; this rank's lands in `recv`.
+  int (*ireduceScatterSum)(const void *send, void *recv, const int *recvcounts,
+                           MpiType type, MpiRequest *request);
   int (*ibarrier)(MpiRequest *request);
   /// MPI_Test: `*done` once the request has completed.
   int (*test)(MpiRequest *request, bool *done);

@@ -103,6 +103,13 @@ const MpiCalls kLinked = {
                               MPI_COMM_WORLD, request);
       });
     },
+    [](const void *send, void *recv, const int *counts, MpiType type,
+       MpiRequest *out) {
+      return withRequest(out, [&](MPI_Request *request) {
+        return MPI_Ireduce_scatter(send, recv, counts, mpiType(type), MPI_SUM,
+                                   MPI_COMM_WORLD, request);
+      });
+    },
     [](MpiRequest *out) {
       return withRequest(out, [&](MPI_Request *request) {
         return MPI_Ibarrier(MPI_COMM_WORLD, request);

@@ -39,6 +39,8 @@ struct OpenMpi {
   int (*Ibcast)(void *, int, Handle, int, Handle, Handle *);
   int (*Iallgather)(const void *, int, Handle, void *, int, Handle, Handle,
                     Handle *);
+  int (*Ireduce_scatter)(const void *, void *, const int *, Handle, Handle,
+                         Handle, Handle *);
   int (*Ibarrier)(Handle, Handle *);
   int (*Test)(Handle *, int *, void *);
   Handle commWorld, typeByte, typeFloat, typeDouble, opSum, errorsReturn;
@@ -97,6 +99,7 @@ void load() {
   resolve(gOmpi.Iallreduce, "MPI_Iallreduce");
   resolve(gOmpi.Ibcast, "MPI_Ibcast");
   resolve(gOmpi.Iallgather, "MPI_Iallgather");
+  resolve(gOmpi.Ireduce_scatter, "MPI_Ireduce_scatter");
   resolve(gOmpi.Ibarrier, "MPI_Ibarrier");
   resolve(gOmpi.Test, "MPI_Test");
   gOmpi.commWorld = object("ompi_mpi_comm_world");
@@ -170,6 +173,13 @@ const MpiCalls kLoaded = {
       return withRequest(out, [&](Handle *request) {
         return gOmpi.Iallgather(send, bytes, gOmpi.typeByte, recv, bytes,
                                 gOmpi.typeByte, gOmpi.commWorld, request);
+      });
+    },
+    [](const void *send, void *recv, const int *counts, MpiType type,
+       MpiRequest *out) {
+      return withRequest(out, [&](Handle *request) {
+        return gOmpi.Ireduce_scatter(send, recv, counts, ompiType(type),
+                                     gOmpi.opSum, gOmpi.commWorld, request);
       });
     },
     [](MpiRequest *out) {

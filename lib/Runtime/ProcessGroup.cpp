@@ -142,6 +142,38 @@ PendingCollective startAllreduceSum(void *data, int64_t count, MpiType type,
   return pending;
 }
 
+PendingCollective startReduceScatterSum(const float *send, float *recv,
+                                        const std::vector<int64_t> &counts,
+                                        const char *call) {
+  PendingCollective pending;
+  if (gSize == 1) {
+    if (!counts.empty() && counts[0] > 0)
+      std::memmove(recv, send, static_cast<size_t>(counts[0]) * sizeof(float));
+    return pending;
+  }
+  if (static_cast<int>(counts.size()) != gSize)
+    fatalError(std::string(call) + ": " + std::to_string(counts.size()) +
+               " counts for " + std::to_string(gSize) + " ranks");
+  std::vector<int> ints;
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    if (c < 0 || c > kMaxChunk)
+      fatalError(std::string(call) + ": " + std::to_string(c) +
+                 " elements for one rank exceed MPI's int counts; use a "
+                 "smaller --bucket-cap-mb");
+    ints.push_back(static_cast<int>(c));
+    total += c;
+  }
+  if (total == 0)
+    return pending;
+  pending = oneRequest();
+  pending.counts = std::move(ints);
+  checkMpi(gMpi->ireduceScatterSum(send, recv, pending.counts.data(),
+                                   MpiType::Float, &pending.requests.back()),
+           call);
+  return pending;
+}
+
 bool testCollective(PendingCollective &pending) {
   bool all = true;
   for (size_t i = 0; i < pending.requests.size(); ++i) {

@@ -58,12 +58,22 @@ void checkMpi(int rc, const char *call);
 struct PendingCollective {
   std::vector<MpiRequest> requests;
   std::vector<char> done;
+  /// The counts of a reduce-scatter: MPI reads them until it completes.
+  std::vector<int> counts;
 };
 
 /// Starts an in-place sum of `count` elements over all ranks (`call` names
 /// it in error messages). Nothing is started when the world size is 1.
 PendingCollective startAllreduceSum(void *data, int64_t count, MpiType type,
                                     const char *call);
+
+/// Starts the sum over ranks of the `counts[0] + ... + counts[N-1]` floats
+/// of `send`, of which this rank receives its counts[rank] into `recv`
+/// (MPI_Ireduce_scatter; ZeRO stage 2's gradient buckets). A copy when the
+/// world size is 1. Each count must fit an int (ends the job otherwise).
+PendingCollective startReduceScatterSum(const float *send, float *recv,
+                                        const std::vector<int64_t> &counts,
+                                        const char *call);
 
 /// Tests every request still pending once (MPI progress); true when all
 /// have completed.

@@ -67,26 +67,58 @@ extern "C" __attribute__((weak)) const int64_t ddpc_memory_budget;
 extern "C" __attribute__((weak)) const int32_t ddpc_zero_stage;
 extern "C" __attribute__((weak)) const int64_t ddpc_zero_chunk;
 extern "C" __attribute__((weak)) void ddpc_apply_shard(void **args);
+/// ZeRO stage 2: the gradient buckets' members (Support/RuntimeSymbols.h).
+extern "C" __attribute__((weak)) const int32_t ddpc_zero_num_buckets;
+extern "C" __attribute__((weak)) const int32_t ddpc_zero_bucket_sizes[];
+extern "C" __attribute__((weak)) const int32_t ddpc_zero_bucket_params[];
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_gradients;
 
 namespace {
 
 constexpr int32_t kOnnxFloat = 1;
 
-/// Whether the program shards the optimizer state (ZeRO stage 1).
+/// Whether the program shards the optimizer state (ZeRO stage 1 or 2).
 bool zeroStage1() {
-  return &ddpc_zero_stage && ddpc_zero_stage == 1 && &ddpc_zero_chunk &&
+  return &ddpc_zero_stage && ddpc_zero_stage >= 1 && &ddpc_zero_chunk &&
          ddpc_zero_chunk > 0 && ddpc_apply_shard;
+}
+
+/// Whether the program also shards the gradients (ZeRO stage 2): its
+/// ddpc_train_micro has no gradient accumulators (TrainABI.h).
+bool zeroStage2() {
+  return zeroStage1() && ddpc_zero_stage == 2 && &ddpc_zero_num_buckets &&
+         &ddpc_zero_bucket_sizes && &ddpc_zero_bucket_params;
+}
+
+/// ZeRO stage 2's buckets from the glue's tables.
+std::vector<std::vector<int32_t>> zeroBuckets() {
+  std::vector<std::vector<int32_t>> out;
+  if (!zeroStage2())
+    return out;
+  const int32_t *p = ddpc_zero_bucket_params;
+  for (int32_t b = 0; b < ddpc_zero_num_buckets; ++b) {
+    out.emplace_back(p, p + ddpc_zero_bucket_sizes[b]);
+    p += ddpc_zero_bucket_sizes[b];
+  }
+  return out;
 }
 
 /// The plan's peak for `world` ranks (the CPU runtime stages gradient
 /// buckets only with more than one; at ZeRO stage 1 the optimizer state is
 /// `zeroBytes`, this rank's slice and buffers, in place of the plan's
-/// whole state); 0 without a plan.
-int64_t plannedPeak(int world, int64_t zeroBytes) {
+/// whole state; at stage 2 the gradients and collective buffers are
+/// `gradBytes`, ZeroGradients' at this world size); 0 without a plan.
+int64_t plannedPeak(int world, int64_t zeroBytes, int64_t gradBytes) {
   if (!&ddpc_memory_plan_peak)
     return 0;
   int64_t collective =
       &ddpc_memory_plan_collective ? ddpc_memory_plan_collective : 0;
+  if (zeroStage2()) {
+    if (!&ddpc_memory_plan_gradients)
+      return 0;
+    return ddpc_memory_plan_peak + zeroBytes - ddpc_memory_plan_optimizer +
+           gradBytes - ddpc_memory_plan_gradients - collective;
+  }
   int64_t peak = ddpc_memory_plan_peak - (world > 1 ? 0 : collective);
   if (zeroStage1() && &ddpc_memory_plan_optimizer)
     peak += zeroBytes - ddpc_memory_plan_optimizer;
@@ -1019,6 +1051,10 @@ struct TrainRun {
   // --resume) until it is scattered.
   std::unique_ptr<ZeroStage1> zero;
   int64_t zeroBytes = 0;
+  // ZeRO stage 2: this rank's gradient slice and bucket buffers (gradSets
+  // stay empty) and their bytes.
+  std::unique_ptr<ZeroGradients> zeroGrads;
+  int64_t gradBytes = 0;
   std::vector<std::vector<float>> resumedState;
   Position pos;
   const bool resumed = !opt.resume.empty();
@@ -1155,7 +1191,8 @@ struct TrainRun {
     for (int h = 0; h < 2; ++h) {
       paramSets[h].allocate(params);
       bufferSets[h].allocate(buffers);
-      gradSets[h].allocate(params);
+      if (!zeroStage2())
+        gradSets[h].allocate(params);
       if (!zeroStage1())
         optSets[h].allocate(slots);
     }
@@ -1165,21 +1202,29 @@ struct TrainRun {
         numels.push_back(t.numel);
       zeroBytes = ZeroStage1::allocatedBytes(numels, S, ddpc_zero_chunk, world,
                                              kBufferAlignment);
+      if (zeroStage2())
+        gradBytes = ZeroGradients::allocatedBytes(
+            numels, zeroBuckets(), ddpc_zero_chunk, world, kBufferAlignment);
       // Compiled without --world-size, the budget check counted the whole
       // state; the slice at this world size is known only now.
-      int64_t plan = plannedPeak(world, zeroBytes);
+      int64_t plan = plannedPeak(world, zeroBytes, gradBytes);
       if (&ddpc_memory_budget && ddpc_memory_budget > 0 &&
           plan > ddpc_memory_budget)
-        fatalError("the memory plan at ZeRO stage 1 on " +
-                   std::to_string(world) + " ranks is " + std::to_string(plan) +
-                   " bytes, above --memory-budget " +
-                   std::to_string(ddpc_memory_budget) +
-                   " bytes: recompile with --world-size " +
-                   std::to_string(world) +
-                   " (the compile then checks the budget and picks the "
-                   "stage with --zero-stage auto) or a larger budget");
+        fatalError(
+            "the memory plan at ZeRO stage " + std::to_string(ddpc_zero_stage) +
+            " on " + std::to_string(world) + " ranks is " +
+            std::to_string(plan) + " bytes, above --memory-budget " +
+            std::to_string(ddpc_memory_budget) +
+            " bytes: recompile with --world-size " + std::to_string(world) +
+            " (the compile then checks the budget and picks the "
+            "stage with --zero-stage auto) or a larger budget");
       zero =
           std::make_unique<ZeroStage1>(numels, S, ddpc_zero_chunk, world, rank);
+      if (zeroStage2()) {
+        zeroGrads = std::make_unique<ZeroGradients>(
+            numels, zeroBuckets(), ddpc_zero_chunk, world, rank);
+        setGradientShard(zeroGrads.get());
+      }
     }
     for (int32_t i = 0; i < P; ++i)
       std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
@@ -1504,8 +1549,12 @@ struct TrainRun {
   /// gradSets[cg] (over ranks by the last one), this rank's loss sum and
   /// correct count in `local`.
   void runMicroBatches(BatchPrefetcher &prefetcher) {
-    for (int32_t i = 0; i < P; ++i)
-      zeroBuffer(gradSets[cg].tensors[i].ptr, params[i].numel * sizeof(float));
+    if (zeroGrads)
+      zeroGrads->zeroSlice();
+    else
+      for (int32_t i = 0; i < P; ++i)
+        zeroBuffer(gradSets[cg].tensors[i].ptr,
+                   params[i].numel * sizeof(float));
     lossNaN = lossInf = false;
     local[0] = local[1] = 0;
     for (int64_t k = 0; k < K; ++k) {
@@ -1515,14 +1564,17 @@ struct TrainRun {
         microArgs[a++] = paramSets[cp].tensors[i].ptr;
       for (int32_t i = 0; i < Bf; ++i)
         microArgs[a++] = bufferSets[cb].tensors[i].ptr;
-      for (int32_t i = 0; i < P; ++i)
-        microArgs[a++] = gradSets[cg].tensors[i].ptr;
+      // ZeRO stage 2: no gradient accumulators (TrainABI.h).
+      if (!zeroGrads)
+        for (int32_t i = 0; i < P; ++i)
+          microArgs[a++] = gradSets[cg].tensors[i].ptr;
       for (void *p : batchPtrs)
         microArgs[a++] = p;
       for (int32_t i = 0; i < Bf; ++i)
         microArgs[a++] = bufferSets[1 - cb].tensors[i].ptr;
-      for (int32_t i = 0; i < P; ++i)
-        microArgs[a++] = gradSets[1 - cg].tensors[i].ptr;
+      if (!zeroGrads)
+        for (int32_t i = 0; i < P; ++i)
+          microArgs[a++] = gradSets[1 - cg].tensors[i].ptr;
       microArgs[a++] = lossOut.ptr;
       microArgs[a++] = correctOut.ptr;
       // The seed depends on the sampler seed and the global micro-batch
@@ -1538,8 +1590,10 @@ struct TrainRun {
       microArgs[a++] = rngArg.ptr;
       // The last micro-batch sums the accumulated gradients over ranks, in
       // buckets that start during its backward (PyTorch DDP's no_sync()
-      // for the others).
-      setGradientSync(k == K - 1);
+      // for the others). At ZeRO stage 2 every micro-batch reduce-scatters
+      // its gradients into the slice (no rank keeps them whole), as
+      // DeepSpeed's stage 2 does under gradient accumulation.
+      setGradientSync(zeroGrads || k == K - 1);
       ddpc_train_micro(microArgs.data());
       // A failed run-time check (an index out of range in this rank's
       // micro-batch) ends the job before the step is applied, naming the
@@ -1571,6 +1625,14 @@ struct TrainRun {
   void computeGradientNorm() {
     gradNorm = NAN;
     *scaleArg.f() = gradScale;
+    if (zeroGrads) {
+      // The slices' squares summed over ranks, as @grad_norm's float32
+      // norm of the whole gradient (here in float64).
+      double sq = zeroGrads->sumOfSquares();
+      allreduceSum(&sq, 1, "allreduce of the gradient norm (ZeRO stage 2)");
+      gradNorm = static_cast<float>(std::sqrt(sq)) * gradScale;
+      return;
+    }
     {
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)
@@ -1675,11 +1737,12 @@ struct TrainRun {
       std::vector<float *> p, g, np;
       for (int32_t i = 0; i < P; ++i) {
         p.push_back(paramSets[cp].tensors[i].f());
-        g.push_back(gradSets[cg].tensors[i].f());
+        if (!zeroGrads)
+          g.push_back(gradSets[cg].tensors[i].f());
         np.push_back(paramSets[1 - cp].tensors[i].f());
       }
       zero->step(p, g, np, lrArg.ptr, stepArg.ptr, scaleArg.ptr,
-                 ddpc_apply_shard);
+                 ddpc_apply_shard, zeroGrads ? zeroGrads->slice() : nullptr);
       cp = 1 - cp;
       return;
     }
@@ -1757,7 +1820,7 @@ struct TrainRun {
             ",\"grad_norm\":", jsonNumber(gradNorm).c_str(), extra.c_str(),
             skipped ? ",\"skipped\":true" : "",
             static_cast<long long>(peakAllocatedBytes()),
-            static_cast<long long>(plannedPeak(world, zeroBytes)));
+            static_cast<long long>(plannedPeak(world, zeroBytes, gradBytes)));
         std::fflush(logFile);
       }
       bool show = !opt.quiet && (tty || pos.stepInEpoch % progressEvery == 0) &&
@@ -1870,7 +1933,7 @@ struct TrainRun {
                   static_cast<long long>(pos.stepInEpoch),
                   static_cast<long long>(stepsPerEp));
     if (rank == 0 && !opt.quiet) {
-      int64_t plan = plannedPeak(world, zeroBytes);
+      int64_t plan = plannedPeak(world, zeroBytes, gradBytes);
       std::printf("peak memory %s on rank 0%s\n",
                   formatBytes(peakAllocatedBytes()).c_str(),
                   plan ? (" (plan " + formatBytes(plan) + ")").c_str() : "");

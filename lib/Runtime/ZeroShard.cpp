@@ -110,7 +110,7 @@ void ZeroStage1::step(const std::vector<float *> &params,
                       const std::vector<float *> &grads,
                       const std::vector<float *> &newParams, void *lr,
                       void *stepArg, void *gradScale,
-                      void (*applyShard)(void **)) {
+                      void (*applyShard)(void **), const float *gradSlice) {
   std::vector<const float *> p(params.begin(), params.end());
   std::vector<const float *> g(grads.begin(), grads.end());
   // ddpc_apply_shard's arguments (TrainABI.h).
@@ -121,12 +121,15 @@ void ZeroStage1::step(const std::vector<float *> &params,
     for (int64_t j = g0; j < g0 + gn; ++j) {
       int64_t begin = rank * slice + j * chunk;
       packFlat(p, begin, chunk, paramChunk);
-      packFlat(g, begin, chunk, gradChunk);
+      if (!gradSlice)
+        packFlat(g, begin, chunk, gradChunk);
       size_t a = 0;
       args[a++] = paramChunk;
       for (int s = 0; s < slots; ++s)
         args[a++] = state[s] + j * chunk;
-      args[a++] = gradChunk;
+      // The step reads its gradient argument only (TrainABI.h).
+      args[a++] =
+          gradSlice ? const_cast<float *>(gradSlice) + j * chunk : gradChunk;
       args[a++] = lr;
       args[a++] = stepArg;
       args[a++] = gradScale;
@@ -192,6 +195,92 @@ void ZeroStage1::scatterState(const std::vector<std::vector<float>> &full) {
                     static_cast<size_t>(hi - lo) * sizeof(float));
     }
   }
+}
+
+ZeroGradients::ZeroGradients(std::vector<int64_t> numelsIn,
+                             std::vector<std::vector<int32_t>> bucketsIn,
+                             int64_t chunk, int world, int rank)
+    : numels(std::move(numelsIn)), members(std::move(bucketsIn)), world(world),
+      rank(rank) {
+  sliceLen = zeroLayout(numels, chunk, world).slice;
+  int64_t offset = 0;
+  for (int64_t n : numels)
+    offsets.push_back(offset), offset += n;
+  ZeroBucketSizes z = zeroBucketSizes(numels, members, chunk, world);
+  gradSlice = allocateFloats(sliceLen);
+  for (int64_t s = 0; s < z.slots; ++s) {
+    send.push_back(allocateFloats(z.maxBucket));
+    recv.push_back(allocateFloats(z.maxPart));
+  }
+}
+
+ZeroGradients::~ZeroGradients() {
+  freeBuffer(gradSlice);
+  for (float *p : send)
+    freeBuffer(p);
+  for (float *p : recv)
+    freeBuffer(p);
+}
+
+int64_t
+ZeroGradients::allocatedBytes(const std::vector<int64_t> &numels,
+                              const std::vector<std::vector<int32_t>> &buckets,
+                              int64_t chunk, int world, int64_t alignment) {
+  return zeroStage2GradientBytes(numels, buckets, chunk, world, alignment);
+}
+
+void ZeroGradients::zeroSlice() {
+  std::memset(gradSlice, 0, static_cast<size_t>(sliceLen) * sizeof(float));
+}
+
+void ZeroGradients::pack(int64_t bucket,
+                         const std::vector<std::pair<float *, int64_t>> &grads,
+                         float *dst, std::vector<int64_t> &counts) const {
+  if (bucket < 0 || bucket >= buckets())
+    fatalError("internal error: gradient bucket " + std::to_string(bucket) +
+               " of " + std::to_string(buckets()) + " (ZeRO stage 2)");
+  const std::vector<int32_t> &m = members[bucket];
+  bool match = m.size() == grads.size();
+  for (size_t k = 0; match && k < m.size(); ++k)
+    match = grads[k].second == numels[m[k]];
+  if (!match)
+    fatalError("internal error: gradient bucket " + std::to_string(bucket) +
+               " does not hold the gradients the program's bucket table "
+               "lists (ZeRO stage 2)");
+  counts.assign(static_cast<size_t>(world), 0);
+  float *out = dst;
+  for (int q = 0; q < world; ++q)
+    for (size_t k = 0; k < m.size(); ++k) {
+      int64_t off = offsets[m[k]], n = numels[m[k]];
+      int64_t len = zeroSliceOverlap(off, n, sliceLen, q);
+      if (!len)
+        continue;
+      int64_t lo = std::max(off, q * sliceLen);
+      std::memcpy(out, grads[k].first + (lo - off),
+                  static_cast<size_t>(len) * sizeof(float));
+      out += len;
+      counts[q] += len;
+    }
+}
+
+void ZeroGradients::accumulate(int64_t bucket, const float *src) {
+  for (int32_t p : members[bucket]) {
+    int64_t off = offsets[p], n = numels[p];
+    int64_t len = zeroSliceOverlap(off, n, sliceLen, rank);
+    if (!len)
+      continue;
+    float *dst = gradSlice + (std::max(off, rank * sliceLen) - rank * sliceLen);
+    for (int64_t i = 0; i < len; ++i)
+      dst[i] += src[i];
+    src += len;
+  }
+}
+
+double ZeroGradients::sumOfSquares() const {
+  double sum = 0;
+  for (int64_t i = 0; i < sliceLen; ++i)
+    sum += static_cast<double>(gradSlice[i]) * gradSlice[i];
+  return sum;
 }
 
 } // namespace runtime

@@ -55,10 +55,13 @@ public:
   /// and `gradScale` (host-shared), then the all-gather of the new
   /// parameters into `newParams` (P tensors, distinct from `params`).
   /// Collective: every rank calls it.
+  /// At ZeRO stage 2 `gradSlice` is this rank's slice of the summed
+  /// gradients (ZeroGradients::slice) and `grads` is not read.
   void step(const std::vector<float *> &params,
             const std::vector<float *> &grads,
             const std::vector<float *> &newParams, void *lr, void *step,
-            void *gradScale, void (*applyShard)(void **));
+            void *gradScale, void (*applyShard)(void **),
+            const float *gradSlice = nullptr);
 
   /// The whole state, in TrainABI order (parameter i, slot s at
   /// [i * slots + s], numels[i] floats), into `out` on rank 0; `out` is
@@ -87,6 +90,72 @@ private:
   float *paramChunk = nullptr, *gradChunk = nullptr;
   float *send = nullptr, *recv = nullptr;
 };
+
+/// ZeRO stage 2 (sec. 5.2, P_os+g): rank r keeps the summed gradients of
+/// its slice only (the slice layout of ZeroStage1). The step hands its
+/// gradients over bucket by bucket (TrainABI.h ddpc_rt_bucket_*; the
+/// bucket members are the glue's ddpc_zero_bucket_* tables); the runtime
+/// packs each bucket rank by rank into a send buffer, reduce-scatters it
+/// (MPI_Ireduce_scatter: rank q receives the sum of the members' overlap
+/// with slice q) and adds what it receives into the slice. At most
+/// kZeroBucketsInFlight buckets are in flight, each in its own pair of
+/// buffers (Support/ZeroLayout.h counts them). Collectives.cpp schedules
+/// the collectives; this class holds the layout and the buffers.
+class ZeroGradients {
+public:
+  /// Parameters of `numels` elements, buckets of parameter indices in
+  /// bucket order, chunks of `chunk` floats, rank `rank` of `world`.
+  /// Allocates the slice (zero) and the bucket buffers (allocateBuffer).
+  ZeroGradients(std::vector<int64_t> numels,
+                std::vector<std::vector<int32_t>> buckets, int64_t chunk,
+                int world, int rank);
+  ~ZeroGradients();
+  ZeroGradients(const ZeroGradients &) = delete;
+  ZeroGradients &operator=(const ZeroGradients &) = delete;
+
+  /// Bytes the constructor allocates (Support/ZeroLayout.h).
+  static int64_t allocatedBytes(const std::vector<int64_t> &numels,
+                                const std::vector<std::vector<int32_t>> &b,
+                                int64_t chunk, int world, int64_t alignment);
+
+  /// This rank's slice of the summed gradients (sliceElements floats; the
+  /// padding past the last parameter stays zero).
+  float *slice() { return gradSlice; }
+  int64_t sliceElements() const { return sliceLen; }
+  int64_t buckets() const { return static_cast<int64_t>(members.size()); }
+  /// Buffer pairs: bucket b uses pair b % slots().
+  int64_t slots() const { return static_cast<int64_t>(send.size()); }
+  float *sendBuffer(int64_t slot) { return send[slot]; }
+  float *recvBuffer(int64_t slot) { return recv[slot]; }
+
+  /// Zeroes the slice (the start of an optimizer step).
+  void zeroSlice();
+  /// Packs bucket `bucket`'s gradients (`grads`: pointer and element count
+  /// per member, in the step's order) rank by rank into `dst`, and sets
+  /// `counts` to the elements of each rank's part. Ends the job when the
+  /// gradients are not the bucket's members.
+  void pack(int64_t bucket,
+            const std::vector<std::pair<float *, int64_t>> &grads, float *dst,
+            std::vector<int64_t> &counts) const;
+  /// Adds this rank's part of bucket `bucket` (`src`, as the reduce-scatter
+  /// delivers it) into the slice.
+  void accumulate(int64_t bucket, const float *src);
+  /// The sum of squares of the slice (float64).
+  double sumOfSquares() const;
+
+private:
+  std::vector<int64_t> numels, offsets;
+  std::vector<std::vector<int32_t>> members;
+  int64_t sliceLen = 0;
+  int world, rank;
+  float *gradSlice = nullptr;
+  std::vector<float *> send, recv;
+};
+
+/// The bucket runtime of ZeRO stage 2 (Collectives.cpp; the CUDA runtime
+/// refuses): from now on every ddpc_train_micro call reduce-scatters its
+/// buckets into `grads` (nullptr: back to allreduce buckets).
+void setGradientShard(ZeroGradients *grads);
 
 } // namespace runtime
 } // namespace ddpc

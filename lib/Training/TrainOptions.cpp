@@ -70,9 +70,9 @@ std::string TrainOptions::validate() const {
                        "number of MiB, got ") +
            got;
   }
-  if (zeroStage != 0 && zeroStage != 1)
+  if (zeroStage < 0 || zeroStage > 2)
     return bad("--zero-stage", "zero_stage", static_cast<double>(zeroStage),
-               "0 or 1");
+               "0, 1 or 2");
   return "";
 }
 

@@ -414,7 +414,11 @@ LogicalResult classifyArguments(func::FuncOp fwdTrain, const TrainOptions &opts,
 
 /// @train_micro(params, buffers, grad_acc, data, labels, rng)
 ///     -> (new_buffers, new_grad_acc, loss, correct): forward, loss and VJP
-/// of one micro-batch, gradients added to the accumulators.
+/// of one micro-batch, gradients added to the accumulators. At ZeRO stage
+/// 2 there are no accumulators: @train_micro(params, buffers, data, labels,
+/// rng) -> (new_buffers, grads, loss, correct), and the gradient buckets
+/// (ddpc-bucket-gradient-allreduce's shard-gradients) later make the
+/// gradients temporaries that leave only through the buckets.
 LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
                               const StepSignature &sig,
                               const TrainOptions &opts,
@@ -431,10 +435,13 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   auto scalarF = RankedTensorType::get({}, f32);
   auto scalarI = RankedTensorType::get({}, i64);
+  // ZeRO stage 2: no gradient accumulators (A = 0).
+  const unsigned A = opts.zeroStage >= 2 ? 0 : P;
   SmallVector<Type> ins, outs;
   ins.append(paramTypes);
   ins.append(bufferTypes);
-  ins.append(paramTypes);
+  if (A)
+    ins.append(paramTypes);
   ins.append(dataTypes.begin(), dataTypes.end());
   ins.push_back(labelType);
   ins.push_back(RankedTensorType::get({2}, i64)); // rng {seed, rank}
@@ -448,8 +455,8 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
   OpBuilder fb = OpBuilder::atBlockBegin(entry);
   // Arguments: params, buffers, grad_acc, data, labels, rng.
   SmallVector<Value> fwdArgs =
-      sig.forwardArgs(fwdTrain, entry, /*dataStart=*/2 * P + NB);
-  Value labels = entry->getArgument(2 * P + NB + D);
+      sig.forwardArgs(fwdTrain, entry, /*dataStart=*/P + A + NB);
+  Value labels = entry->getArgument(P + A + NB + D);
   SmallVector<Value> fwdRes = inlineBody(fb, fwdTrain, fwdArgs);
   Value out = fwdRes[outIdx];
   auto [loss, correct, seed] =
@@ -471,8 +478,12 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
   // accumulator's final value is ready in backward order (the gradient
   // buckets of ddpc-bucket-gradient-allreduce start there).
   for (unsigned j = 0; j < P; ++j) {
-    Value acc = entry->getArgument(P + NB + j);
     Value g = (*grads)[j];
+    if (!A) {
+      results.push_back(g);
+      continue;
+    }
+    Value acc = entry->getArgument(P + NB + j);
     OpBuilder::InsertionGuard guard(fb);
     if (g.getParentBlock() == entry)
       fb.setInsertionPointAfterValue(g);
@@ -486,7 +497,8 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
   results.push_back(correct);
   func::ReturnOp::create(fb, loc, results);
   for (unsigned j = 0; j < P; ++j) {
-    fn.setArgAttr(P + NB + j, attrs::kRole, fb.getStringAttr("grad_acc"));
+    if (A)
+      fn.setArgAttr(P + NB + j, attrs::kRole, fb.getStringAttr("grad_acc"));
     fn.setResultAttr(NB + j, attrs::kRole, fb.getStringAttr("new_grad_acc"));
   }
   SmallVector<std::string> argNames, resNames;
@@ -494,8 +506,9 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
     argNames.push_back(s.name);
   for (const auto &s : info.buffers)
     argNames.push_back(s.name);
-  for (const auto &s : info.params)
-    argNames.push_back("grad_acc." + s.name);
+  if (A)
+    for (const auto &s : info.params)
+      argNames.push_back("grad_acc." + s.name);
   appendDataNames(argNames, info);
   argNames.push_back("labels");
   argNames.push_back("rng");

@@ -117,7 +117,7 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             ``"512MiB"``, ``"100KiB"``; a memory plan whose predicted peak
             exceeds it raises CompileError, whose message gives the peak,
             its largest categories and the smallest feasible budget),
-            ``zero_stage`` (0, 1 or ``"auto"``; None: ``"auto"`` with a
+            ``zero_stage`` (0, 1, 2 or ``"auto"``; None: ``"auto"`` with a
             ``memory_budget``, else 0), ``world_size`` (training: the ranks
             the memory plan is for; the program refuses another; None:
             any).
@@ -143,7 +143,7 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
     if ws is not None and (isinstance(ws, bool) or not isinstance(ws, int)):
         raise TypeError(f"world_size= must be an int or None, got {ws!r}")
     if opts["zero_stage"] == "":
-        raise ValueError('zero_stage="" is empty: give 0, 1, "auto" or None')
+        raise ValueError('zero_stage="" is empty: give 0, 1, 2, "auto" or None')
     if train is not None and not isinstance(train, TrainConfig):
         if isinstance(train, Mapping):
             train = TrainConfig(**train)

@@ -1,20 +1,23 @@
 """ZeRO stage 1 (--zero-stage 1): each rank keeps and updates 1/N of the
-optimizer state, then the parameters are all-gathered.
+optimizer state, then the parameters are all-gathered; stage 2 (--zero-stage
+2) also reduce-scatters the gradient buckets, so each rank keeps the summed
+gradients of its slice only.
 
 Oracles: the same program at stage 0 (the weights after 20 AdamW and 20
 SGD-momentum steps, at 2 and 3 ranks, where the slices do not divide
-evenly), the data-parallel invariant (2 ranks x batch 4 == 1 rank x batch
-8), an uninterrupted run (checkpoint and resume), and ZeRO's memory formula
-(the optimizer state shrinks by at least its full size minus 1/N of it and
-the runtime's fixed buffers)."""
+evenly; stage 2 with many small buckets, with gradient accumulation, and
+without the communication thread), the data-parallel invariant (2 ranks x
+batch 4 == 1 rank x batch 8), an uninterrupted run (checkpoint and resume),
+and ZeRO's memory formula (the optimizer state shrinks by at least its full
+size minus 1/N of it and the runtime's fixed buffers; at stage 2 the
+gradients too, down to the slice and the buckets in flight)."""
 
 import json
 import subprocess
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from ddpc_testing import (
     C,
@@ -24,6 +27,7 @@ from ddpc_testing import (
     data,
     mlp_model,
     run_train,
+    save_classifier,
     weights,
 )
 from test_memory_plan import cnn_model
@@ -36,6 +40,9 @@ OPTIMIZERS = {
 }
 BATCH = 4
 STEPS = 20
+# Stage 2 with buckets of one or two gradients (many reduce-scatters, both
+# buffer pairs reused).
+STAGE_FLAGS = {2: ["--bucket-cap-mb", "0.001"]}
 
 
 def _model(tmp, name):
@@ -46,7 +53,9 @@ def _model(tmp, name):
     return {"shape": (2, 12, 12)}
 
 
-def _train(ddpc, tmp, model, opt, stage, ranks, *run_args, batch=BATCH, extra=()):
+def _train(
+    ddpc, tmp, model, opt, stage, ranks, *run_args, batch=BATCH, extra=(), env=None
+):
     prog = compile_train(
         ddpc,
         tmp / "m.onnx",
@@ -55,31 +64,60 @@ def _train(ddpc, tmp, model, opt, stage, ranks, *run_args, batch=BATCH, extra=()
         *OPTIMIZERS[opt],
         "--zero-stage",
         str(stage),
+        *STAGE_FLAGS.get(stage, []),
         *extra,
     )
     save = tmp / f"s-{stage}-{ranks}-{batch}.onnx"
     run_train(
-        prog, tmp, ranks, "--epochs", "1", "--no-shuffle", "--save", save, *run_args
+        prog,
+        tmp,
+        ranks,
+        "--epochs",
+        "1",
+        "--no-shuffle",
+        "--save",
+        save,
+        *run_args,
+        env=env,
     )
     return weights(save)
 
 
+@pytest.mark.parametrize("stage", [1, 2])
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_stage1_matches_stage0(ddpc, tmp_path, model, opt, ranks):
+def test_stage_matches_stage0(ddpc, tmp_path, model, opt, ranks, stage):
     kw = _model(tmp_path, model)
     x, y = data(STEPS * BATCH * ranks, **kw)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     w0 = _train(ddpc, tmp_path, model, opt, 0, ranks)
-    w1 = _train(ddpc, tmp_path, model, opt, 1, ranks)
+    w1 = _train(ddpc, tmp_path, model, opt, stage, ranks)
     start = weights(tmp_path / "m.onnx")
     assert any(not np.allclose(w0[k], start[k]) for k in w0), "nothing trained"
     assert_close_weights(w1, w0, rtol=1e-5)
 
 
-def test_stage1_data_parallel_invariant(ddpc, tmp_path):
+@pytest.mark.parametrize("comm_thread", ["1", "0"])
+def test_stage2_grad_accum_matches_stage0(ddpc, tmp_path, comm_thread):
+    """Two micro-batches per step: stage 2 reduce-scatters each one into the
+    slice; with and without the communication thread (DDPC_COMM_THREAD)."""
+    _model(tmp_path, "cnn")
+    ranks = 3
+    x, y = data(10 * 2 * BATCH * ranks, shape=(2, 12, 12))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    # Clipping reads the gradient norm, which stage 2 sums from the slices.
+    accum, clip = ["--grad-accum-steps", "2"], ["--clip-grad-norm", "0.5"]
+    env = {"DDPC_COMM_THREAD": comm_thread}
+    w0 = _train(ddpc, tmp_path, "cnn", "adamw", 0, ranks, *clip, extra=accum, env=env)
+    w2 = _train(ddpc, tmp_path, "cnn", "adamw", 2, ranks, *clip, extra=accum, env=env)
+    assert_close_weights(w2, w0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_stage_data_parallel_invariant(ddpc, tmp_path, stage):
     _model(tmp_path, "cnn")
     x, y = data(STEPS * 8, shape=(2, 12, 12))
     np.save(tmp_path / "x.npy", x)
@@ -91,19 +129,20 @@ def test_stage1_data_parallel_invariant(ddpc, tmp_path):
     # orders (OpenBLAS blocks by size), and AdamW's division by sqrt(v)
     # turns a near-zero gradient's rounding into a full step. Stage 1 with
     # AdamW is checked against stage 0 at equal batches above.
-    two = _train(ddpc, tmp_path, "cnn", "sgd-momentum", 1, 2, batch=4, extra=sync)
-    one = _train(ddpc, tmp_path, "cnn", "sgd-momentum", 1, 1, batch=8, extra=sync)
+    two = _train(ddpc, tmp_path, "cnn", "sgd-momentum", stage, 2, batch=4, extra=sync)
+    one = _train(ddpc, tmp_path, "cnn", "sgd-momentum", stage, 1, batch=8, extra=sync)
     assert_close_weights(two, one, rtol=1e-5)
 
 
-def test_stage1_checkpoint_resumes_at_stage1_and_stage0(ddpc, tmp_path):
+@pytest.mark.parametrize("stage", ["1", "2"])
+def test_stage_checkpoint_resumes_at_its_stage_and_stage0(ddpc, tmp_path, stage):
     mlp_model(tmp_path / "m.onnx")
     x, y = data(STEPS * BATCH * 3)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     flags = OPTIMIZERS["adamw"]
     p1 = compile_train(
-        ddpc, tmp_path / "m.onnx", tmp_path / "p1", BATCH, *flags, "--zero-stage", "1"
+        ddpc, tmp_path / "m.onnx", tmp_path / "p1", BATCH, *flags, "--zero-stage", stage
     )
     p0 = compile_train(ddpc, tmp_path / "m.onnx", tmp_path / "p0", BATCH, *flags)
     common = ["--epochs", "1", "--no-shuffle"]
@@ -131,7 +170,7 @@ def test_stage1_checkpoint_resumes_at_stage1_and_stage0(ddpc, tmp_path):
                 6,
                 *flags,
                 "--zero-stage",
-                "1",
+                stage,
             )
         run_train(
             prog,
@@ -161,28 +200,19 @@ def _wide_mlp(path, features=64, hidden=512):
         helper.make_node("MatMul", ["r", "W2"], ["o"]),
         helper.make_node("Add", ["o", "b2"], ["logits"]),
     ]
-    g = helper.make_graph(
-        nodes,
-        "wide",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", C])],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
+    save_classifier(path, "wide", nodes, inits, features)
     return inits
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_stage1_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
-    inits = _wide_mlp(tmp_path / "m.onnx")
-    numel = sum(v.size for v in inits.values())
-    x, y = data(BATCH * ranks * 4, shape=(64,))
+def _measured_peaks(ddpc, tmp_path, ranks, features, stages, *flags):
+    """Trains tmp/m.onnx (AdamW, batch 4, 4 steps) on `ranks` ranks at each
+    ZeRO stage of `stages`, compiled with `flags`; checks each measured peak
+    against the plan (10%) and returns {stage: peak bytes}."""
+    x, y = data(BATCH * ranks * 4, shape=(features,))
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     peaks = {}
-    for stage in (0, 1):
+    for stage in stages:
         prog = compile_train(
             ddpc,
             tmp_path / "m.onnx",
@@ -192,6 +222,7 @@ def test_stage1_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
             "adamw",
             "--zero-stage",
             str(stage),
+            *flags,
         )
         log = tmp_path / f"log{stage}.jsonl"
         run_train(prog, tmp_path, ranks, "--epochs", "1", "--log-json", log)
@@ -199,6 +230,14 @@ def test_stage1_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
         peak, planned = last["peak_memory_bytes"], last["memory_plan_bytes"]
         assert abs(peak - planned) <= 0.1 * planned, (stage, peak, planned)
         peaks[stage] = peak
+    return peaks
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_stage1_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
+    inits = _wide_mlp(tmp_path / "m.onnx")
+    numel = sum(v.size for v in inits.values())
+    peaks = _measured_peaks(ddpc, tmp_path, ranks, 64, (0, 1))
     # Stage 0 keeps two halves of two AdamW slots of every parameter; stage 1
     # one slice of 1/N (rounded up to 4096-float chunks) plus at most
     # 1 MiB + 1 MiB / N of gather buffers and 4 chunks.
@@ -208,6 +247,59 @@ def test_stage1_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
     bound = 2 * 4 * slice_ + (1 << 20) * (1 + 1 / ranks) + 6 * 4 * chunk
     assert peaks[0] - peaks[1] >= full - bound, (peaks, full, bound)
     assert peaks[1] < peaks[0]
+
+
+def _deep_mlp(path, width=128, layers=6):
+    """`layers` Gemm layers of width x width (equal gradients, so buckets of
+    one gradient each are a sixth of the model)."""
+    rng = np.random.default_rng(0)
+    inits, nodes, prev = {}, [], "x"
+    for i in range(layers):
+        out = width if i < layers - 1 else C
+        inits[f"W{i}"] = (rng.standard_normal((width, out)) * 0.1).astype(np.float32)
+        inits[f"b{i}"] = np.zeros(out, np.float32)
+        nodes.append(helper.make_node("Gemm", [prev, f"W{i}", f"b{i}"], [f"g{i}"]))
+        prev = f"g{i}"
+        if i < layers - 1:
+            nodes.append(helper.make_node("Relu", [prev], [f"r{i}"]))
+            prev = f"r{i}"
+    nodes[-1].output[0] = "logits"
+    save_classifier(path, "deep", nodes, inits, width)
+    return inits
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_stage2_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
+    """Stage 1 keeps two halves of every gradient and stages each bucket
+    whole for MPI; stage 2 one slice of 1/N, the two buckets in flight, and
+    each gradient only from its producer until its bucket starts."""
+    inits = _deep_mlp(tmp_path / "m.onnx")
+    numel = sum(v.size for v in inits.values())
+    largest = max(
+        v.size + inits["b" + k[1:]].size for k, v in inits.items() if k[0] == "W"
+    )
+    # Buckets of about one layer (64 KiB).
+    flags = ["--bucket-cap-mb", "0.06", "--world-size", str(ranks)]
+    peaks = _measured_peaks(ddpc, tmp_path, ranks, 128, (1, 2), *flags)
+    # Stage 1: 2 halves + 1 staging copy of all gradients. Stage 2 at most:
+    # the slice (rounded up to 4096-float chunks), two buckets in flight
+    # (send and receive buffers, at most two layers' gradients each) and
+    # three layers' gradients alive in the step at once.
+    chunk = 4096
+    slice_ = -(-(-(-numel // ranks)) // chunk) * chunk
+    stage1 = 3 * 4 * numel
+    stage2 = 4 * (slice_ + 2 * 2 * (2 * largest) + 3 * largest)
+    assert stage2 < stage1
+    assert peaks[1] - peaks[2] >= stage1 - stage2, (peaks, stage1, stage2)
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_stage2_plan_without_world_size(ddpc, tmp_path, ranks):
+    """Compiled without --world-size, the plan is for one rank; the program
+    replaces its gradient and bucket bytes with its own at the world size it
+    runs at (one rank included: the buckets run there too)."""
+    _deep_mlp(tmp_path / "m.onnx")
+    _measured_peaks(ddpc, tmp_path, ranks, 128, (2,), "--bucket-cap-mb", "0.06")
 
 
 def _compile(ddpc, tmp_path, *args):
@@ -225,7 +317,8 @@ def _compile(ddpc, tmp_path, *args):
     "args, rc, needle",
     [
         (["--zero-stage", "1", "--target", "cuda"], 2, "not yet for cuda"),
-        (["--zero-stage", "2"], 2, "--zero-stage 2 is planned"),
+        (["--zero-stage", "2", "--target", "cuda"], 2, "not yet for cuda"),
+        (["--zero-stage", "3"], 2, "--zero-stage 3 is planned"),
     ],
 )
 def test_stage_errors(ddpc, tmp_path, args, rc, needle):
@@ -241,7 +334,7 @@ def test_stage1_needs_train(ddpc, tmp_path):
 
 
 def test_report_names_the_stage(ddpc, tmp_path):
-    for stage in (0, 1):
+    for stage in (0, 1, 2):
         proc = _compile(
             ddpc,
             tmp_path,
@@ -253,9 +346,12 @@ def test_report_names_the_stage(ddpc, tmp_path):
             str(stage),
         )
         assert proc.returncode == 0, proc.stderr
-        plan = json.loads(proc.stdout)["memory_plan"]
+        report = json.loads(proc.stdout)
+        plan = report["memory_plan"]
         assert plan["zero_stage"] == stage
-        assert ("zero_note" in plan) == (stage == 1)
+        assert ("zero_note" in plan) == (stage >= 1)
+        ops = {c["op"] for c in report["collectives"]}
+        assert ops == {"reduce_scatter_bucket" if stage == 2 else "allreduce_bucket"}
 
 
 def _plan(ddpc, tmp_path, out, *args):
@@ -418,3 +514,34 @@ def test_python_world_size_types(tmp_path):
             ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, world_size=bad)
     with pytest.raises(ValueError, match="zero_stage"):
         ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage="")
+
+
+def test_stage2_cuda_emulate_matches_cpu_stage0(ddpc, tmp_path):
+    """The cuda-emulate target's step (arena temporaries, GPU loop IR) hands
+    its gradients to the same reduce-scatter buckets."""
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(10 * BATCH * 2)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    w0 = _train(ddpc, tmp_path, "mlp", "adamw", 0, 2)
+    w2 = _train(
+        ddpc, tmp_path, "mlp", "adamw", 2, 2, extra=["--target", "cuda-emulate"]
+    )
+    assert_close_weights(w2, w0, rtol=1e-5)
+
+
+def test_python_zero_stage_2(tmp_path):
+    ddpc_py = pytest.importorskip("ddpc")
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(8 * BATCH)
+    train = ddpc_py.TrainConfig(batch_size=BATCH, optimizer="adamw")
+    prog = ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage=2)
+    assert prog.report()["memory_plan"]["zero_stage"] == 2
+    result = prog.train(x, y, ranks=2, shuffle=False)
+    ref = ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, zero_stage=0)
+    expected = ref.train(x, y, ranks=2, shuffle=False)
+
+    def arrays(model):
+        return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+    assert_close_weights(arrays(result.model), arrays(expected.model))

@@ -255,10 +255,12 @@ static cl::opt<std::string> zeroStage(
     "zero-stage",
     cl::desc("ZeRO stage: 0 (every rank keeps the whole state), 1 (each "
              "rank keeps and updates 1/world-size of the optimizer state, "
-             "then the parameters are all-gathered; cpu and cuda-emulate "
-             "targets) or auto (the lowest stage whose memory plan fits "
-             "--memory-budget; stage 1 needs --world-size). Default: auto "
-             "with --memory-budget, else 0. 2 and 3 are planned"),
+             "then the parameters are all-gathered), 2 (also the "
+             "gradients: each bucket is reduce-scattered and a rank keeps "
+             "the sum of its slice only); 1 and 2 on the cpu and "
+             "cuda-emulate targets; or auto (the lowest of 0 and 1 whose "
+             "memory plan fits --memory-budget; stage 1 needs --world-size). "
+             "Default: auto with --memory-budget, else 0. 3 is planned"),
     cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<int64_t> worldSize(
     "world-size",

@@ -9,8 +9,9 @@
 // the bufferized IR (BufferLiveness; on the CUDA target and cuda-emulate
 // the arena that ddpc-plan-arena placed them in). The runtime counts its
 // allocations (Runtime/Memory.h countAllocation) and prints its high-water
-// mark at exit beside this plan's peak. Foundation of issue 20's ZeRO and
-// rematerialization choices under a budget; neither is implemented yet.
+// mark at exit beside this plan's peak. ZeRO stages 1 and 2 change the
+// optimizer-state, gradient and collective-buffer categories
+// (Support/ZeroLayout.h); rematerialization is not implemented yet.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,6 +60,11 @@ struct RuntimeFootprint {
   /// known world size, stage 1's optimizer state is one rank's slice and
   /// buffers (Support/ZeroLayout.h) in place of the whole state.
   int64_t zeroStage = 0, zeroChunk = 4096;
+  /// ZeRO stage 2: the gradient buckets (parameter indices, bucket order;
+  /// TrainingProgramInfo::zeroBuckets). The gradients are then one rank's
+  /// slice and the collective buffers those of the buckets in flight
+  /// (Support/ZeroLayout.h), at the world size (1 when not known).
+  std::vector<std::vector<int32_t>> zeroBuckets;
 };
 
 /// One function's temporaries: the most bytes its compiled code holds at

@@ -45,6 +45,15 @@ def BucketGradientAllReducePass : Pass<"ddpc-bucket-gradient-allreduce", "mlir::
     multi-rank optimizer step. Fails (with an error on the function) when a
     gradient output is not a dense static float32 memref, or a cap is not
     a positive finite number.
+
+    With `shard-gradients` (ZeRO stage 2, Rajbhandari et al., SC'20,
+    sec. 5.2, P_os+g) the gradients leave the function only through the
+    buckets: each `new_grad_acc` out-parameter is replaced by a
+    `memref.alloc` placed before its first use and a `memref.dealloc`
+    right after its bucket's start call (the runtime copies the bucket
+    there and reduce-scatters it into each rank's gradient slice), and the
+    out-parameter is erased from the signature. The buffers then live from
+    the op that first writes them to their bucket, not for the whole step.
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect",
@@ -56,7 +65,9 @@ def BucketGradientAllReducePass : Pass<"ddpc-bucket-gradient-allreduce", "mlir::
     Option<"bucketCapMB", "bucket-cap-mb", "double", /*default=*/"25.0",
            "Bucket size cap in MiB (PyTorch DDP's bucket_cap_mb)">,
     Option<"firstBucketMB", "first-bucket-mb", "double", /*default=*/"1.0",
-           "Cap of the first bucket in MiB, smaller so that communication starts early">
+           "Cap of the first bucket in MiB, smaller so that communication starts early">,
+    Option<"shardGradients", "shard-gradients", "bool", /*default=*/"false",
+           "ZeRO stage 2: the gradient outputs become temporaries that live until their bucket starts">
   ];
 }
 

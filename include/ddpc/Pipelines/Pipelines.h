@@ -32,6 +32,9 @@ struct CPUPipelineOptions {
   /// DDP's bucket_cap_mb). A bucket closes once it holds at least its cap;
   /// the first bucket's cap is 1 MiB, so communication starts early.
   double bucketCapMB = 25.0;
+  /// ZeRO stage 2: the training step's gradients leave it only through the
+  /// buckets (ddpc-bucket-gradient-allreduce's shard-gradients).
+  bool shardGradients = false;
 };
 
 /// Graph-level cleanups on the imported linalg-on-tensors IR:

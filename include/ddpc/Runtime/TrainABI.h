@@ -104,6 +104,10 @@ extern const int64_t ddpc_onnx_model_size;
 ///           loss (f32 scalar, mean over B), correct (i64 scalar),
 ///           rng (i64[2] input: {seed of this micro-batch, rank})]
 /// `rng` comes last so that older steps that ignore it keep their layout.
+/// At ZeRO stage 2 (ddpc_zero_stage == 2) there are neither grad_acc nor
+/// new_grad_acc: args = [params, buffers, data, labels, new_buffers, loss,
+/// correct, rng], and the gradients reach the runtime only through the
+/// buckets below (reduce-scattered into each rank's slice).
 /// Dropout masks are a hash of the seed and the element's position in the
 /// global batch, so they do not depend on how the batch is split.
 void ddpc_train_micro(void **args);

@@ -152,6 +152,12 @@ constexpr llvm::StringLiteral kGlueNumClasses = "ddpc_num_classes";
 /// elements of one ddpc_apply_shard chunk (int64_t).
 constexpr llvm::StringLiteral kGlueZeroStage = "ddpc_zero_stage";
 constexpr llvm::StringLiteral kGlueZeroChunk = "ddpc_zero_chunk";
+/// ZeRO stage 2: the gradient buckets (TrainABI.h): their count (int32_t),
+/// members per bucket (int32_t[]) and the members' parameter indices, bucket
+/// after bucket (int32_t[]).
+constexpr llvm::StringLiteral kGlueZeroNumBuckets = "ddpc_zero_num_buckets";
+constexpr llvm::StringLiteral kGlueZeroBucketSizes = "ddpc_zero_bucket_sizes";
+constexpr llvm::StringLiteral kGlueZeroBucketParams = "ddpc_zero_bucket_params";
 
 /// Training programs: the memory plan's predicted per-rank peak in bytes,
 /// and the part of it that is gradient-bucket staging memory, which the CPU
@@ -165,6 +171,10 @@ constexpr llvm::StringLiteral kGlueMemoryPlanCollective =
 /// runtime replaces them with its slice at the world size it runs at.
 constexpr llvm::StringLiteral kGlueMemoryPlanOptimizer =
     "ddpc_memory_plan_optimizer";
+/// The plan's gradient bytes: at ZeRO stage 2 the runtime replaces them
+/// and the collective buffers with its own at the world size it runs at.
+constexpr llvm::StringLiteral kGlueMemoryPlanGradients =
+    "ddpc_memory_plan_gradients";
 /// Training programs: the world size the memory plan is for (const int64_t,
 /// `--world-size`; 0: any). The runtime refuses to run on another.
 constexpr llvm::StringLiteral kGlueMemoryPlanWorldSize =

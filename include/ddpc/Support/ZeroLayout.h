@@ -58,6 +58,73 @@ inline int64_t zeroStage1Bytes(const std::vector<int64_t> &numels,
          floats(l.groupChunks * chunk) + floats(world * l.groupChunks * chunk);
 }
 
+/// Elements of parameter range [offset, offset + numel) of the flat vector
+/// that fall in rank q's slice [q * slice, (q + 1) * slice).
+inline int64_t zeroSliceOverlap(int64_t offset, int64_t numel, int64_t slice,
+                                int64_t q) {
+  int64_t lo = std::max(offset, q * slice);
+  int64_t hi = std::min(offset + numel, (q + 1) * slice);
+  return std::max<int64_t>(0, hi - lo);
+}
+
+/// ZeRO stage 2's gradient buckets (Rajbhandari et al., SC'20, sec. 5.2,
+/// P_os+g): bucket b holds the gradients of parameters buckets[b] (indices
+/// into `numels`). Its reduce-scatter sends the bucket packed rank by rank
+/// (for rank q, each member's overlap with slice q, in member order) and
+/// rank q receives the sum of its part, which it adds into its gradient
+/// slice. At most kZeroBucketsInFlight buckets are in flight; each one
+/// in flight has a send buffer of the largest bucket and a receive buffer
+/// of the largest part any rank receives.
+constexpr int64_t kZeroBucketsInFlight = 2;
+
+struct ZeroBucketSizes {
+  int64_t maxBucket = 0, maxPart = 0, slots = 0;
+};
+
+inline ZeroBucketSizes
+zeroBucketSizes(const std::vector<int64_t> &numels,
+                const std::vector<std::vector<int32_t>> &buckets, int64_t chunk,
+                int64_t world) {
+  ZeroLayout l = zeroLayout(numels, chunk, world);
+  std::vector<int64_t> offsets;
+  int64_t offset = 0;
+  for (int64_t n : numels)
+    offsets.push_back(offset), offset += n;
+  ZeroBucketSizes z;
+  for (const std::vector<int32_t> &members : buckets) {
+    int64_t elems = 0;
+    for (int32_t m : members)
+      elems += numels[m];
+    z.maxBucket = std::max(z.maxBucket, elems);
+    for (int64_t q = 0; q < world; ++q) {
+      int64_t part = 0;
+      for (int32_t m : members)
+        part += zeroSliceOverlap(offsets[m], numels[m], l.slice, q);
+      z.maxPart = std::max(z.maxPart, part);
+    }
+  }
+  z.slots = std::min<int64_t>(kZeroBucketsInFlight,
+                              static_cast<int64_t>(buckets.size()));
+  return z;
+}
+
+/// Bytes one rank allocates at stage 2 for the gradients: its gradient
+/// slice (slice floats) and the buffers of the buckets in flight; each
+/// buffer rounded up to `alignment` bytes. (The optimizer state is
+/// zeroStage1Bytes, as at stage 1.)
+inline int64_t
+zeroStage2GradientBytes(const std::vector<int64_t> &numels,
+                        const std::vector<std::vector<int32_t>> &buckets,
+                        int64_t chunk, int64_t world, int64_t alignment) {
+  ZeroLayout l = zeroLayout(numels, chunk, world);
+  ZeroBucketSizes z = zeroBucketSizes(numels, buckets, chunk, world);
+  auto floats = [&](int64_t n) {
+    int64_t bytes = std::max<int64_t>(n * int64_t(sizeof(float)), 1);
+    return (bytes + alignment - 1) / alignment * alignment;
+  };
+  return floats(l.slice) + z.slots * (floats(z.maxBucket) + floats(z.maxPart));
+}
+
 } // namespace ddpc
 
 #endif // DDPC_SUPPORT_ZEROLAYOUT_H

@@ -45,7 +45,9 @@ struct TrainOptions {
   /// Training Trillion Parameter Models", SC'20, sec. 5.1): 0, every rank
   /// keeps the whole optimizer state; 1, the step also gets @apply_shard
   /// and each rank keeps and updates a 1/world-size slice of the state,
-  /// then all-gathers the parameters (TrainABI.h ddpc_apply_shard).
+  /// then all-gathers the parameters (TrainABI.h ddpc_apply_shard); 2
+  /// (sec. 5.2), also the gradients: @train_micro has no accumulators and
+  /// each rank receives the sum of its slice only (reduce-scatter).
   int64_t zeroStage = 0;
 
   /// Checks the values, as torch.optim does plus finiteness (the numbers

@@ -44,6 +44,11 @@ struct TrainingProgramInfo {
   /// not).
   int64_t zeroStage = 0;
   int64_t zeroChunk = 4096;
+  /// ZeRO stage 2: the gradient buckets of @train_micro in bucket order,
+  /// each the indices into `params` of its gradients in the order the step
+  /// hands them to the runtime (filled after ddpc-bucket-gradient-allreduce;
+  /// the glue's ddpc_zero_bucket_* tables).
+  std::vector<std::vector<int32_t>> zeroBuckets;
   std::string optimizerDesc;
   int64_t batchSize = 0;
   /// The data inputs, in graph-input order (every graph input but the

@@ -33,6 +33,7 @@
 #include "ddpc/Runtime/TrainABI.h"
 
 #include "../ProcessGroup.h"
+#include "../ZeroShard.h"
 
 #include <nccl.h>
 
@@ -170,6 +171,13 @@ void collectivesFinalize() {
 }
 
 void setGradientSync(bool on) { gGradientSync = on; }
+
+// ZeRO stage 2 is compiled for the host targets only (--target cuda exits
+// 2 at compile time).
+void setGradientShard(ZeroGradients *grads) {
+  if (grads)
+    fatalError("ZeRO stage 2 is not implemented for the CUDA target");
+}
 
 } // namespace runtime
 } // namespace ddpc
