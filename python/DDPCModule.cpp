@@ -180,6 +180,7 @@ NB_MODULE(_ddpc, m) {
       .def_rw("freeze", &ddpc::TrainOptions::freeze)
       .def_rw("sync_batchnorm", &ddpc::TrainOptions::syncBatchNorm)
       .def_rw("bucket_cap_mb", &ddpc::TrainOptions::bucketCapMB)
+      .def_rw("bucket_cap_given", &ddpc::TrainOptions::bucketCapGiven)
       .def("validate", &ddpc::TrainOptions::validate,
            "'' or the one-line error of TrainOptions::validate().");
 

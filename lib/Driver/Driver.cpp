@@ -163,7 +163,10 @@ int Compilation::run(const std::string &modelBytes) {
   }
   pipeline = options.pipeline;
   if (training) {
-    pipeline.bucketCapMB = options.train.bucketCapMB;
+    pipeline.bucketCapMB =
+        zeroStage == 2 && !options.train.bucketCapGiven
+            ? std::min(kZeroStage2BucketCapMB, options.train.bucketCapMB)
+            : options.train.bucketCapMB;
     pipeline.shardGradients = zeroStage == 2;
   }
   if (!runPhase("fused", [&](OpPassManager &pm) {

@@ -94,7 +94,8 @@ class TrainConfig:
         freeze: names of initializers that are not trained.
         sync_batchnorm: BatchNormalization statistics over the global batch.
         bucket_cap_mb: gradient allreduce bucket cap in MiB (PyTorch DDP's
-            ``bucket_cap_mb``); buckets start during backward.
+            ``bucket_cap_mb``); buckets start during backward. None: 25, or
+            4 at ``zero_stage=2``.
         label_input: graph input holding the labels; None adds an input
             ``labels``.
 
@@ -116,7 +117,7 @@ class TrainConfig:
     grad_accum_steps: int = 1
     freeze: Sequence[str] = ()
     sync_batchnorm: bool = False
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float | None = None
     label_input: str | None = None
 
     def __post_init__(self) -> None:
@@ -140,6 +141,8 @@ class TrainConfig:
             "bucket_cap_mb",
         ):
             v = getattr(self, field)
+            if field == "bucket_cap_mb" and v is None:
+                continue
             if not real(v):
                 raise ValueError(f"TrainConfig.{field} must be a number, got {v!r}")
         for field in ("nesterov", "sync_batchnorm"):
@@ -205,7 +208,9 @@ class TrainConfig:
         opts.grad_accum_steps = int(self.grad_accum_steps)
         opts.freeze = list(self.freeze)
         opts.sync_batchnorm = bool(self.sync_batchnorm)
-        opts.bucket_cap_mb = float(self.bucket_cap_mb)
+        if self.bucket_cap_mb is not None:
+            opts.bucket_cap_mb = float(self.bucket_cap_mb)
+            opts.bucket_cap_given = True
         return opts
 
 

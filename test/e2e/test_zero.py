@@ -545,3 +545,18 @@ def test_python_zero_stage_2(tmp_path):
         return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
 
     assert_close_weights(arrays(result.model), arrays(expected.model))
+
+
+def test_stage2_default_bucket_cap(ddpc, tmp_path):
+    """Stage 2's buckets default to 4 MiB (each one in flight holds a send
+    buffer of the largest); a given --bucket-cap-mb is kept."""
+    _deep_mlp(tmp_path / "m.onnx", width=1024, layers=4)  # 4 MiB per W
+
+    def buckets(*args):
+        proc, _ = _plan(ddpc, tmp_path, tmp_path / "t", *args)
+        assert proc.returncode == 0, proc.stderr
+        return len(json.loads(proc.stdout)["gradient_buckets"])
+
+    assert buckets("--zero-stage", "2") == 3
+    assert buckets("--zero-stage", "2", "--bucket-cap-mb", "25") == 2
+    assert buckets("--zero-stage", "0") == 2

@@ -241,7 +241,8 @@ static cl::opt<bool> syncBatchNorm(
 static cl::opt<double> bucketCapMB(
     "bucket-cap-mb",
     cl::desc("Gradient allreduce bucket cap in MiB (default 25, as PyTorch "
-             "DDP's bucket_cap_mb; 1 for the first bucket). A bucket closes "
+             "DDP's bucket_cap_mb, or 4 at --zero-stage 2; 1 for the first "
+             "bucket). A bucket closes "
              "once its gradients reach the cap, and starts during backward "
              "as soon as they are final; --report lists the buckets"),
     cl::init(25.0), cl::sub(compileCmd), cl::cat(trainCategory));
@@ -614,6 +615,7 @@ int main(int argc, char **argv) {
     t.freeze.assign(freeze.begin(), freeze.end());
     t.syncBatchNorm = syncBatchNorm;
     t.bucketCapMB = bucketCapMB;
+    t.bucketCapGiven = bucketCapMB.getNumOccurrences() > 0;
     if (std::string bad = t.validate(); !bad.empty()) {
       errs() << "error: " << bad << "\n";
       return 1;
