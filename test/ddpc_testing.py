@@ -202,9 +202,13 @@ def run_train(prog, tmp, ranks=1, *args, check=True, env=None):
 
 
 def assert_close_weights(a, b, rtol=1e-5):
-    """Same names, and each array within `rtol` of b's largest magnitude."""
+    """Same names and shapes, and each array within `rtol` of b's largest
+    magnitude."""
     assert a.keys() == b.keys()
     for k in a:
+        assert a[k].shape == b[k].shape, f"{k}: shape {a[k].shape} != {b[k].shape}"
+        if a[k].size == 0:
+            continue
         scale = max(np.max(np.abs(b[k])), 1e-6)
         diff = np.max(np.abs(a[k] - b[k])) / scale
         assert diff <= rtol, f"{k}: max relative difference {diff:.3g}"

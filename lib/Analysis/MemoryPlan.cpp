@@ -184,9 +184,13 @@ MemoryPlan computeMemoryPlan(ModuleOp module, const RuntimeFootprint &rt) {
   std::vector<int64_t> numels;
   for (int64_t b : rt.paramBytes)
     numels.push_back(b / 4);
-  if (rt.zeroStage >= 1 && rt.worldSize > 0)
-    plan.optimizerState = zeroStage1Bytes(numels, rt.optSlots, rt.zeroChunk,
-                                          rt.worldSize, rt.bufferAlignment);
+  // Stage 1 without a world size counts the whole state (the program
+  // replaces it by its slice); stage 2 plans for 1 rank then, state and
+  // gradients alike.
+  if ((rt.zeroStage >= 1 && rt.worldSize > 0) || rt.zeroStage >= 2)
+    plan.optimizerState =
+        zeroStage1Bytes(numels, rt.optSlots, rt.zeroChunk,
+                        std::max<int64_t>(rt.worldSize, 1), rt.bufferAlignment);
   plan.buffers = rt.stateCopies * bufferBytes;
   // The gradient buckets' staging memory covers every gradient once (with
   // more than one rank).

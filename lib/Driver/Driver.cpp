@@ -66,6 +66,22 @@ public:
   }
 
   int run(const std::string &modelBytes);
+
+  /// `--zero-stage auto` past stages 0 and 1: their peaks (bytes) when
+  /// neither fits the budget on the CPU target with N > 1 ranks, so that
+  /// compile() tries stage 2, whose @train_micro differs (an out-param);
+  /// as input, the stage-2 try's reasons.
+  struct AutoPeaks {
+    int64_t stage0 = 0, stage1 = 0;
+  };
+  std::optional<AutoPeaks> autoNeedsStage2, autoTriedStage2;
+  /// Whether this compile planned a peak below both of `p` (0: no plan).
+  bool autoPeakBelow(const AutoPeaks &p) const {
+    return memoryPlan && memoryPlan->peak < std::min(p.stage0, p.stage1);
+  }
+  bool hasPlan() const { return memoryPlan.has_value(); }
+  /// The planned peak, formatted.
+  std::string plannedPeak() const { return formatBytes(memoryPlan->peak); }
   /// CompileResult::reportJSON: the plan as far as the stages got.
   void writeReport() {
     if (result && report.hasGraph)
@@ -512,6 +528,25 @@ int Compilation::planMemory() {
   std::string stage1Larger; // auto: why stage 1 did not help
   if (zeroStage != kZeroStageAuto) {
     memoryPlan = planAt(zeroStage);
+    if (autoTriedStage2 && fits(*memoryPlan)) {
+      const AutoPeaks &a = *autoTriedStage2;
+      MemoryPlan p1 = planAt(1);
+      rt.zeroStage = 2;
+      zeroChoice =
+          "stage 2: stage 0 needs " + size(a.stage0, memoryBudget) +
+          " and stage 1 " + size(a.stage1, memoryBudget) +
+          " > --memory-budget " + size(memoryBudget, memoryPlan->peak) +
+          "; stage 2 needs " + size(memoryPlan->peak, memoryBudget) + " on " +
+          std::to_string(N) + " ranks (gradients " +
+          formatBytes(p1.gradients + p1.collectiveBuffers) + " -> " +
+          formatBytes(memoryPlan->gradients + memoryPlan->collectiveBuffers) +
+          "), the same bytes on the wire as stage 0 (a reduce-scatter of the "
+          "gradients and an all-gather of the parameters" +
+          (options.train.gradAccumSteps > 1
+               ? ", the reduce-scatter once per micro-batch"
+               : "") +
+          ")";
+    }
   } else {
     // --zero-stage auto (issue 20): the lowest implemented stage whose plan
     // fits; stage 1 adds an all-gather of the parameters every step.
@@ -534,6 +569,8 @@ int Compilation::planMemory() {
                      formatBytes(p0.optimizerState) + " -> " +
                      formatBytes(p1.optimizerState) + ")";
       }
+      if (!fits(p1) && !cuda)
+        autoNeedsStage2 = AutoPeaks{p0.peak, p1.peak};
       // Neither fits: the error names the smaller of the two.
       if (zeroStage == 1 || p1.peak < p0.peak)
         memoryPlan = p1;
@@ -549,6 +586,29 @@ int Compilation::planMemory() {
                     "no state (sgd without momentum) shards nothing and only "
                     "adds an all-gather of the parameters each step; "
                     "--zero-stage 0 is smaller and faster\n";
+  if (zeroStage == 2 && !autoTriedStage2) {
+    // The slice's chunk rounding and the two bucket buffer pairs in flight
+    // can outweigh what sharding the gradients saves (a small model, one
+    // dominant parameter, or a large cap on many ranks).
+    const int64_t w = std::max<int64_t>(N, 1);
+    rt.worldSize = w;
+    MemoryPlan p1 = planAt(1), p2 = planAt(2);
+    rt.worldSize = N;
+    if (p1.peak < p2.peak)
+      llvm::errs() << "ddpc: note: --zero-stage 2 plans "
+                   << formatBytes(p2.peak) << " per rank on " << w
+                   << (w > 1 ? " ranks" : " rank") << ", more than stage 1's "
+                   << formatBytes(p1.peak) << " (gradient slice "
+                   << formatBytes(p2.gradients) << " and two bucket buffer "
+                   << "pairs " << formatBytes(p2.collectiveBuffers)
+                   << ", against stage 1's gradients "
+                   << formatBytes(p1.gradients + p1.collectiveBuffers)
+                   << "): --zero-stage 1"
+                   << (p2.collectiveBuffers > p2.gradients
+                           ? ", or a smaller --bucket-cap-mb,"
+                           : "")
+                   << " is smaller\n";
+  }
   trainInfo.zeroStage = zeroStage; // the glue's ddpc_zero_stage
   report.memory = memoryPlan;
   report.zeroStage = zeroStage;
@@ -572,9 +632,18 @@ int Compilation::planMemory() {
            " of optimizer state over the ranks: add --zero-stage 1 (or "
            "auto)" +
            std::string(N ? "" : " with --world-size N");
-  else if (plan.zeroStage >= 1 && !N)
-    hint = "; give --world-size N so that the plan counts each rank's "
-           "1/N of the optimizer state";
+  else if (plan.zeroStage >= 1 && !N) {
+    // Only where more ranks shrink it: for a small model the slices' chunk
+    // and gather buffers outweigh the state.
+    rt.worldSize = 2;
+    if (planAt(plan.zeroStage).peak < plan.peak)
+      hint = "; give --world-size N so that the plan counts each rank's "
+             "1/N of the optimizer state" +
+             std::string(plan.zeroStage >= 2 ? " and gradients" : "");
+    else
+      hint = "; more ranks do not shrink it (each rank's slice is at least "
+             "one chunk of 4096 floats, with its buffers)";
+  }
   error = "--memory-budget " + size(memoryBudget, plan.peak) +
           " is below the predicted peak of " + size(plan.peak, memoryBudget) +
           " per rank" + at + where + hint +
@@ -654,6 +723,39 @@ int compile(const CompileOptions &options, std::string &error,
             const std::string &modelBytes, CompileResult *result) {
   Compilation compilation(options, error, result);
   int status = compilation.run(modelBytes);
+  if (status == kCompileOk || !compilation.autoNeedsStage2) {
+    compilation.writeReport();
+    return status;
+  }
+  // --zero-stage auto: stages 0 and 1 exceed the budget; stage 2 builds a
+  // different @train_micro, so it is a second compile from the model.
+  if (options.verbose)
+    llvm::errs() << "ddpc: ZeRO stages 0 and 1 exceed --memory-budget; "
+                    "compiling again at stage 2\n";
+  Compilation::AutoPeaks peaks = *compilation.autoNeedsStage2;
+  CompileOptions atStage2 = options;
+  atStage2.zeroStage = "2";
+  std::string error2;
+  CompileResult result2;
+  Compilation second(atStage2, error2, result ? &result2 : nullptr);
+  second.autoTriedStage2 = peaks;
+  int status2 = second.run(modelBytes);
+  second.writeReport();
+  if (status2 != kCompileOk && !second.hasPlan()) {
+    compilation.writeReport(); // stage 2 failed before its plan
+    return status;
+  }
+  if (status2 == kCompileOk || second.autoPeakBelow(peaks)) {
+    if (status2 != kCompileOk)
+      error2 += "; ZeRO stages 0 and 1 need more, " +
+                formatBytes(peaks.stage0) + " and " + formatBytes(peaks.stage1);
+    error = error2;
+    if (result)
+      *result = std::move(result2);
+    return status2;
+  }
+  // Stage 2 is no smaller: the first compile's error, with stage 2's peak.
+  error += "; ZeRO stage 2 needs more, " + second.plannedPeak();
   compilation.writeReport();
   return status;
 }

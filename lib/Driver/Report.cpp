@@ -258,6 +258,7 @@ std::string CompileReport::toJSON() const {
       for (const std::string &n : b.params)
         names.push_back(n);
       bs.push_back(llvm::json::Object{{"bucket", b.index},
+                                      {"op", b.op},
                                       {"bytes", b.bytes},
                                       {"params", std::move(names)},
                                       {"function", b.function},
@@ -337,8 +338,9 @@ std::string CompileReport::toJSON() const {
                              "for N)")) +
           ": the optimizer state and the gradients above are one rank's "
           "slice (1/N, rounded up to chunks of 4096 floats); the collective "
-          "buffers are the two gradient buckets in flight (the largest "
-          "bucket, and the largest part of one that a rank receives); the "
+          "buffers are two buffer pairs, one per gradient bucket in flight "
+          "(each pair: a send buffer of the largest bucket and a receive "
+          "buffer of the largest part of one that a rank receives); the "
           "gradients themselves are temporaries of train_micro until their "
           "bucket is reduce-scattered";
   }

@@ -197,32 +197,26 @@ struct BucketGradientAllReducePass
     func::CallOp::create(b, f.getLoc(), kBucketWaitFn, TypeRange{},
                          ValueRange{});
     if (shardGradients)
-      gradientsToTemporaries(f, grads, position);
+      gradientsToTemporaries(f, grads);
     return success();
   }
 
   /// ZeRO stage 2: each gradient out-parameter becomes a buffer allocated
   /// before its first use and freed after its bucket's start call, which
   /// copies it to the runtime; the out-parameter is erased.
-  void gradientsToTemporaries(
-      func::FuncOp f, ArrayRef<GradOut> grads,
-      const llvm::DenseMap<Operation *, unsigned> &position) {
+  void gradientsToTemporaries(func::FuncOp f, ArrayRef<GradOut> grads) {
     Block &entry = f.getBody().front();
     OpBuilder b(f.getContext());
     llvm::BitVector erase(f.getNumArguments());
     for (GradOut g : grads) {
+      // Before the earliest use in block order, the pointer reads this pass
+      // inserted for the bucket included (a gradient nothing writes, e.g. a
+      // zero-element one, has only those).
       Operation *first = nullptr;
-      unsigned firstPos = 0;
       for (Operation *user : g.arg.getUsers()) {
         Operation *top = entry.findAncestorOpInBlock(*user);
-        if (!top)
-          continue;
-        unsigned pos = position.lookup(top);
-        // Ops the bucket pass inserted have no position: after all others.
-        if (!pos)
-          continue;
-        if (!first || pos < firstPos)
-          first = top, firstPos = pos;
+        if (top && (!first || top->isBeforeInBlock(first)))
+          first = top;
       }
       auto type = cast<MemRefType>(g.arg.getType());
       if (first)

@@ -17,7 +17,6 @@
 #include "ZeroShard.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -175,12 +174,11 @@ void startShardBucket(int64_t bucket) {
   gShard->pack(bucket, gFilling, gShard->sendBuffer(slot), s.counts);
   gFilling.clear();
   s.bucket = bucket;
-  auto start = [slot, bucket] {
+  auto start = [slot] {
     ShardSlot &t = gShardSlots[slot];
     t.pending = startReduceScatterSum(gShard->sendBuffer(slot),
                                       gShard->recvBuffer(slot), t.counts,
                                       "MPI_Ireduce_scatter (gradient bucket)");
-    (void)bucket;
   };
   if (gCommThread) {
     gCommThread->submit([slot, bucket, start] {

@@ -273,9 +273,11 @@ class Program:
         ``parameter_bytes``, ``collectives`` (op, ``bytes``),
         ``collective_bytes`` (per optimizer step), ``fusion_groups``; for
         training programs ``gradient_buckets`` (per bucket: ``bucket``,
-        ``bytes``, ``params`` in the order backward finishes them, and
-        ``function``, ``start_op``, ``function_ops``: the bucket's allreduce
-        starts after top-level op ``start_op`` of ``function_ops``); for
+        ``op`` (``"allreduce_bucket"``, or ``"reduce_scatter_bucket"`` at
+        ZeRO stage 2), ``bytes``, ``params`` in the order backward finishes
+        them, and ``function``, ``start_op``, ``function_ops``: the bucket's
+        collective starts after top-level op ``start_op`` of
+        ``function_ops``); for
         ``target="cuda"`` a ``cuda`` section (kernels, library calls and
         arena bytes per step function)."""
         return json.loads(self._report_json) if self._report_json else {}

@@ -31,3 +31,19 @@ func.func @train_micro(%a: memref<2x2xf32> {ddpc.name = "grad_acc.a", ddpc.role 
   linalg.fill ins(%zero : f32) outs(%a : memref<2x2xf32>)
   return
 }
+
+// A gradient nothing writes (a zero-element parameter's): its only uses are
+// the bucket's pointer reads, so its buffer is allocated before them.
+
+// CHECK-LABEL: func.func @unwritten(
+// CHECK-SAME: %[[W:[a-zA-Z0-9_]+]]: memref<4xf32>) {
+// CHECK: %[[Z:.*]] = memref.alloc() {alignment = 64 : i64} : memref<0xf32>
+// CHECK: memref.extract_aligned_pointer_as_index %[[Z]]
+// CHECK: call @ddpc_rt_bucket_allreduce_start({{.*}}ddpc.params = ["z"]
+// CHECK-NEXT: memref.dealloc %[[Z]] : memref<0xf32>
+func.func @unwritten(%z: memref<0xf32> {ddpc.name = "grad_acc.z", ddpc.role = "new_grad_acc"},
+                     %w: memref<4xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%w : memref<4xf32>)
+  return
+}

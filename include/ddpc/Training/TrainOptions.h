@@ -65,7 +65,7 @@ struct TrainOptions {
   /// (betas, eps other than their defaults) with SGD; lr, momentum,
   /// weight decay and eps finite float32 >= 0; dampening finite; nesterov
   /// with momentum > 0 and dampening 0; betas in [0, 1); at least one
-  /// micro-batch per step; a positive finite bucket cap; ZeRO stage 0 or 1.
+  /// micro-batch per step; a positive finite bucket cap; ZeRO stage 0-2.
   /// Returns "" or one line naming the CLI flag and the TrainConfig field, e.g.
   /// "--lr (TrainConfig.lr) must be a finite float32 >= 0, got inf". The CLI,
   /// the driver, ddpc-build-training-step and Python's TrainConfig all call it.
