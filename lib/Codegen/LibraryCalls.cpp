@@ -257,13 +257,21 @@ std::optional<int64_t> constantArg(func::CallOp call, unsigned i) {
 
 linalg::GenericOp nextElementwiseKernel(Operation *op, unsigned rank) {
   Operation *next = op->getNextNode();
-  while (next && isMemoryEffectFree(next))
+  SmallVector<Operation *> frees;
+  while (next && (isMemoryEffectFree(next) || isa<memref::DeallocOp>(next))) {
+    if (isa<memref::DeallocOp>(next))
+      frees.push_back(next);
     next = next->getNextNode();
+  }
   auto g = dyn_cast_or_null<linalg::GenericOp>(next);
   if (!g || !g.hasPureBufferSemantics() || g.getNumDpsInputs() != 2 ||
       g.getNumDpsInits() != 1 || g.getNumLoops() != rank ||
       g.getNumParallelLoops() != rank)
     return {};
+  // Buffers freed in between (ddpc-free-at-last-use) may be the library
+  // call's inputs, which a fused call at `g` still reads: free them after.
+  for (Operation *free : llvm::reverse(frees))
+    free->moveAfter(g);
   return g;
 }
 

@@ -75,6 +75,8 @@ void buildBufferizationPipeline(OpPassManager &pm,
   pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
   bufferization::buildBufferDeallocationPipeline(pm);
   pm.addPass(createCanonicalizerPass());
+  if (options.freeAtLastUse)
+    funcs(pm).addPass(createFreeAtLastUsePass());
   BucketGradientAllReducePassOptions buckets;
   buckets.bucketCapMB = options.bucketCapMB;
   buckets.shardGradients = options.shardGradients;
@@ -257,6 +259,11 @@ struct BufferizePipelineOptions
       llvm::cl::desc("ZeRO stage 2: gradients leave the training step only "
                      "through the buckets"),
       llvm::cl::init(false)};
+  Option<bool> freeAtLastUse{
+      *this, "free-at-last-use",
+      llvm::cl::desc("Free temporaries right after their last use "
+                     "(ddpc-free-at-last-use)"),
+      llvm::cl::init(true)};
 };
 
 /// `ddpc-opt --ddpc-cpu-pipeline='fuse-elementwise=false bucket-cap-mb=4'`.
@@ -276,6 +283,11 @@ struct CPUPipelineRegistrationOptions
       llvm::cl::desc("ZeRO stage 2: gradients leave the training step only "
                      "through the buckets"),
       llvm::cl::init(false)};
+  Option<bool> freeAtLastUse{
+      *this, "free-at-last-use",
+      llvm::cl::desc("Free temporaries right after their last use "
+                     "(ddpc-free-at-last-use)"),
+      llvm::cl::init(true)};
 };
 
 /// `ddpc-opt --ddpc-nvvm='chips=sm_80,sm_90 libdevice=PATH'`.
@@ -310,6 +322,7 @@ void registerPipelines() {
           CPUPipelineOptions options;
           options.bucketCapMB = o.bucketCapMB;
           options.shardGradients = o.shardGradients;
+          options.freeAtLastUse = o.freeAtLastUse;
           buildBufferizationPipeline(pm, options);
         });
     PassPipelineRegistration<>(
@@ -359,6 +372,7 @@ void registerPipelines() {
           options.fuseElementwise = o.fuseElementwise;
           options.bucketCapMB = o.bucketCapMB;
           options.shardGradients = o.shardGradients;
+          options.freeAtLastUse = o.freeAtLastUse;
           buildCPUPipeline(pm, options);
         });
     return true;

@@ -150,6 +150,11 @@ static cl::opt<unsigned> optLevel("O", cl::desc("LLVM optimization level"),
 static cl::opt<bool> noFusion("no-fusion",
                               cl::desc("Disable elementwise op fusion"),
                               cl::sub(compileCmd), cl::cat(category));
+static cl::opt<bool> noFreeAtLastUse(
+    "no-free-at-last-use",
+    cl::desc("Free temporaries at the end of their function, not right "
+             "after their last use (for comparing memory plans)"),
+    cl::sub(compileCmd), cl::cat(category), cl::Hidden);
 static cl::opt<bool> noChecker(
     "no-onnx-checker",
     cl::desc("Skip the ONNX library's checker (IR <= 8, opset <= 17 only)"),
@@ -259,8 +264,9 @@ static cl::opt<std::string> zeroStage(
              "then the parameters are all-gathered), 2 (also the "
              "gradients: each bucket is reduce-scattered and a rank keeps "
              "the sum of its slice only); 1 and 2 on the cpu and "
-             "cuda-emulate targets; or auto (the lowest of 0 and 1 whose "
-             "memory plan fits --memory-budget; stage 1 needs --world-size). "
+             "cuda-emulate targets; or auto (the lowest of 0, 1 and 2 whose "
+             "memory plan fits --memory-budget; stages 1 and 2 need "
+             "--world-size, 2 the cpu target). "
              "Default: auto with --memory-budget, else 0. 3 is planned"),
     cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<int64_t> worldSize(
@@ -318,7 +324,11 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
   os << "  collectives: " << nc << ", "
      << root->getInteger("collective_bytes").value_or(0) << " bytes per step\n";
   if (const json::Array *buckets = root->getArray("gradient_buckets")) {
-    os << "  gradient allreduce buckets: " << buckets->size()
+    bool scatter = !buckets->empty() &&
+                   (*buckets)[0].getAsObject()->getString("op").value_or("") ==
+                       "reduce_scatter_bucket";
+    os << "  gradient " << (scatter ? "reduce-scatter" : "allreduce")
+       << " buckets: " << buckets->size()
        << " (in the order backward finishes them)\n";
     for (const json::Value &v : *buckets) {
       const json::Object *b = v.getAsObject();
@@ -590,6 +600,7 @@ int main(int argc, char **argv) {
   options.timing =
       mlirTiming ? mlirTimingDisplay.getValue() : ddpc::TimingDisplay::Off;
   options.pipeline.fuseElementwise = !noFusion;
+  options.pipeline.freeAtLastUse = !noFreeAtLastUse;
   options.cpu.cpu = cpu;
   options.cpu.optLevel = optLevel;
   options.verbose = verbose;

@@ -96,8 +96,10 @@ mlir::Value pointerSource(mlir::Value v);
 std::optional<int64_t> constantArg(mlir::func::CallOp call, unsigned i);
 
 /// The elementwise epilogue kernel candidate after `op`: the next op in its
-/// block that touches memory, when it is a buffer linalg.generic with two
-/// inputs, one output and `rank` loops, all parallel; null otherwise.
+/// block that touches memory other than a memref.dealloc, when it is a
+/// buffer linalg.generic with two inputs, one output and `rank` loops, all
+/// parallel; null otherwise. The deallocs in between then move after it
+/// (a call fused at the kernel reads `op`'s operands).
 mlir::linalg::GenericOp nextElementwiseKernel(mlir::Operation *op,
                                               unsigned rank);
 

@@ -35,6 +35,9 @@ struct CPUPipelineOptions {
   /// ZeRO stage 2: the training step's gradients leave it only through the
   /// buckets (ddpc-bucket-gradient-allreduce's shard-gradients).
   bool shardGradients = false;
+  /// Free each temporary right after its last use (ddpc-free-at-last-use)
+  /// instead of at the end of its function.
+  bool freeAtLastUse = true;
 };
 
 /// Graph-level cleanups on the imported linalg-on-tensors IR:
@@ -44,7 +47,8 @@ void buildGraphOptimizationPipeline(mlir::OpPassManager &pm,
 
 /// Bufferization: tensors to memrefs with identity layouts at function
 /// boundaries, results turned into caller-provided out-parameters, and
-/// ownership-based deallocation (stage "bufferized"); then the gradient
+/// ownership-based deallocation moved up to each buffer's last use (stage
+/// "bufferized"); then the gradient
 /// allreduce buckets of training steps (ddpc-bucket-gradient-allreduce).
 void buildBufferizationPipeline(mlir::OpPassManager &pm,
                                 const CPUPipelineOptions &options);

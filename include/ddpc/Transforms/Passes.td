@@ -114,4 +114,34 @@ def DistinctResultBuffersPass : Pass<"ddpc-distinct-result-buffers", "mlir::func
   ];
 }
 
+def FreeAtLastUsePass : Pass<"ddpc-free-at-last-use", "mlir::func::FuncOp"> {
+  let summary = "Move each memref.dealloc up to right after the last use of its buffer (upstream deallocation frees at the block's end)";
+  let description = [{
+    `ddpc-free-at-last-use` (func.func, after upstream's
+    buffer-deallocation pipeline and before
+    ddpc-bucket-gradient-allreduce). Ownership-based deallocation frees
+    every allocation at the end of its block, so in a training step every
+    forward temporary and every backward temporary is live until the step
+    returns and the peak is the sum of them all. For an allocation and its
+    one unconditional dealloc in the same block, this pass moves the
+    dealloc to right after the top-level op of the last use of the buffer
+    or of any view of it (memref views and casts), so that the memory plan
+    (Analysis/MemoryPlan.h) and the runtime reuse it for what follows.
+      %a = memref.alloc() : memref<4xf32>
+      linalg.fill ins(%c : f32) outs(%a : memref<4xf32>)
+      "use"(%a) ...            // last use
+      ...                      // %a is dead here
+      memref.dealloc %a        // moved up to right after "use"
+    A buffer whose address escapes (a view the pass does not know, a call,
+    a pointer extracted from it, a return, a store of it) keeps its
+    dealloc where it was. When the last use is a contraction or
+    convolution whose result the next kernel reads elementwise, the
+    dealloc goes after that kernel: ddpc-gemm-epilogues and
+    ddpc-conv-epilogues may fuse the two into one library call there.
+  }];
+  let dependentDialects = [
+    "mlir::memref::MemRefDialect"
+  ];
+}
+
 #endif // DDPC_TRANSFORMS_PASSES_TD
