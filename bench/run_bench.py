@@ -43,6 +43,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH / "models"))
 sys.path.insert(0, str(BENCH))
 import embedding  # noqa: E402
+import remat  # noqa: E402
 import zero  # noqa: E402
 import make_models  # noqa: E402
 
@@ -901,6 +902,7 @@ def markdown(report: dict) -> str:
         )
     lines += embedding.markdown(report, fmt)
     lines += zero.markdown(report, fmt)
+    lines += remat.markdown(report, fmt)
     lines += ["", f"Total bench wall time: {report['wall_s']:.0f} s."]
     return "\n".join(lines) + "\n"
 
@@ -949,6 +951,11 @@ def main() -> None:
         "--no-zero",
         action="store_true",
         help="skip the ZeRO stage 1 vs stage 0 table",
+    )
+    parser.add_argument(
+        "--no-remat",
+        action="store_true",
+        help="skip the rematerialization table",
     )
     args = parser.parse_args()
     t_start = time.perf_counter()
@@ -1023,6 +1030,9 @@ def main() -> None:
     if not args.no_zero and args.has_train:
         log("ZeRO stages 1 and 2 vs stage 0")
         report["zero"] = zero.run(ctx, work_root / "zero")
+    if not args.no_remat and args.has_train:
+        log("rematerialization: every activation kept vs recomputed")
+        report["remat"] = remat.run(ctx, work_root / "remat")
     report["wall_s"] = time.perf_counter() - t_start
 
     out = pathlib.Path(args.results)

@@ -209,7 +209,7 @@ NB_MODULE(_ddpc, m) {
       "fuse_elementwise"_a = true, "run_checker"_a = true, "dump_ir_dir"_a = "",
       "verbose"_a = false, "vjp"_a = false, "cuda_arch"_a = "",
       "runtime_checks"_a = true, "precision"_a = "fp32", "memory_budget"_a = "",
-      "zero_stage"_a = "", "remat"_a = "off", "world_size"_a = 0,
+      "zero_stage"_a = "", "remat"_a = "", "world_size"_a = 0,
       "Runs ddpc::compile(). Reads the model from `model_bytes` when given, "
       "else from `input_path`. Returns (status, error, stages, report_json) "
       "where status is 0 (ok), 1 (error) or 2 (unsupported) and `error` is "

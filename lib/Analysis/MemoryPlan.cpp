@@ -30,18 +30,6 @@ int64_t roundUp(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-/// The ONNX node names in `loc` ("MatMul_0+Relu_1"); empty for code the
-/// training step added (loss, backward, optimizer).
-std::string nodeNames(Location loc) {
-  std::string out;
-  loc->walk([&](Location l) {
-    if (auto name = dyn_cast<NameLoc>(l))
-      out += (out.empty() ? "" : "+") + name.getName().str();
-    return WalkResult::advance();
-  });
-  return out;
-}
-
 /// Static bytes of `type`, 0 when its shape is dynamic.
 int64_t bytesOf(MemRefType type) {
   return type.hasStaticShape() ? staticBytes(type) : 0;
@@ -62,7 +50,7 @@ bool readByBackward(Value buffer) {
         continue;
       }
       Operation *top = user;
-      if (nodeNames(top->getLoc()).empty())
+      if (nodeNamesOf(top->getLoc()).empty())
         return true;
     }
   }
@@ -123,7 +111,7 @@ FunctionMemory functionMemory(func::FuncOp func, int64_t granule) {
   Operation *at = nullptr;
   fm.peakBytes = blockPeak(func.getBody().front(), granule, &at);
   if (at) {
-    std::string nodes = nodeNames(at->getLoc());
+    std::string nodes = nodeNamesOf(at->getLoc());
     fm.peakOp = at->getName().getStringRef().str() +
                 (nodes.empty() ? "" : " (" + nodes + ")");
   }
@@ -141,7 +129,7 @@ std::vector<SavedActivation> savedActivations(func::FuncOp func) {
           isa_and_nonnull<memref::AllocOp>(view.getSource().getDefiningOp());
     if (!buffer)
       return;
-    std::string producer = nodeNames(op->getLoc());
+    std::string producer = nodeNamesOf(op->getLoc());
     auto type = cast<MemRefType>(op->getResult(0).getType());
     if (producer.empty() || !readByBackward(op->getResult(0)))
       return;

@@ -9,6 +9,7 @@
 
 #include "DriverInternal.h"
 
+#include "ddpc/Analysis/CostModel.h"
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
@@ -75,6 +76,25 @@ public:
     int64_t stage0 = 0, stage1 = 0;
   };
   std::optional<AutoPeaks> autoNeedsStage2, autoTriedStage2;
+
+  /// --remat auto's choice for this compile: the saved activations that
+  /// backward recomputes (from an earlier compile's plan), their forward
+  /// FLOPs, and the peak (bytes) that plan had without them.
+  struct RematChoice {
+    std::vector<SavedActivation> recomputed;
+    std::vector<int64_t> flops;
+    int64_t peakWithout = 0;
+  };
+  std::optional<RematChoice> remat;
+  /// FLOPs of each forward ONNX node in @train_micro (iterations of its
+  /// linalg ops times their scalar ops), filled after synthesis.
+  std::map<std::string, int64_t> nodeFlops;
+  bool overBudget() const {
+    return memoryPlan && memoryBudget && memoryPlan->peak > memoryBudget;
+  }
+  const std::optional<MemoryPlan> &plan() const { return memoryPlan; }
+  int64_t budget() const { return memoryBudget; }
+  int64_t stage() const { return zeroStage; }
   /// Whether this compile planned a peak below both of `p` (0: no plan).
   bool autoPeakBelow(const AutoPeaks &p) const {
     return memoryPlan && memoryPlan->peak < std::min(p.stage0, p.stage1);
@@ -179,6 +199,11 @@ int Compilation::run(const std::string &modelBytes) {
   }
   pipeline = options.pipeline;
   if (training) {
+    pipeline.rematNodes = options.rematNodes;
+    if (remat)
+      for (const SavedActivation &a : remat->recomputed)
+        for (StringRef part : llvm::split(a.producer, '+'))
+          pipeline.rematNodes.push_back(part.str());
     pipeline.bucketCapMB =
         zeroStage == 2 && !options.train.bucketCapGiven
             ? std::min(kZeroStage2BucketCapMB, options.train.bucketCapMB)
@@ -360,8 +385,14 @@ int Compilation::synthesize() {
           /*userErrors=*/true))
     return StringRef(error).starts_with("no VJP rule") ? kCompileUnsupported
                                                        : kCompileError;
-  for (const std::string &note : trainInfo.notes)
-    llvm::errs() << "ddpc: note: " << note << "\n";
+  // A retry (auto's stage 2, a remat round) printed its notes already.
+  if (!autoTriedStage2 && !remat)
+    for (const std::string &note : trainInfo.notes)
+      llvm::errs() << "ddpc: note: " << note << "\n";
+  if (auto micro = module->lookupSymbol<func::FuncOp>(kTrainMicroFunc))
+    for (Operation &op : micro.getBody().front())
+      if (auto names = nodeNamesOf(op.getLoc()); !names.empty())
+        nodeFlops[names] += estimatedFlops(&op);
   // The plan's inputs: what one rank reads per micro-batch from --data
   // (float32 or integer token ids, one file per data input) and --labels.
   for (const auto &d : trainInfo.data)
@@ -609,6 +640,25 @@ int Compilation::planMemory() {
                            : "")
                    << " is smaller\n";
   }
+  if (remat) {
+    int64_t bytes = 0, flops = 0;
+    for (auto [a, f] : llvm::zip(remat->recomputed, remat->flops)) {
+      report.recomputed.push_back({a.producer, a.bytes, f});
+      bytes += a.bytes;
+      flops += f;
+    }
+    report.rematChoice =
+        "ZeRO stage " + std::to_string(zeroStage) + " plans " +
+        size(remat->peakWithout, memoryBudget) + " > --memory-budget " +
+        size(memoryBudget, remat->peakWithout) +
+        " with every activation "
+        "kept; recomputing " +
+        std::to_string(remat->recomputed.size()) +
+        " in backward (the cheapest FLOPs per byte first; " +
+        formatBytes(bytes) + " no longer kept, " + std::to_string(flops) +
+        " FLOPs per micro-batch again) plans " +
+        size(memoryPlan->peak, memoryBudget);
+  }
   trainInfo.zeroStage = zeroStage; // the glue's ddpc_zero_stage
   report.memory = memoryPlan;
   report.zeroStage = zeroStage;
@@ -644,11 +694,19 @@ int Compilation::planMemory() {
       hint = "; more ranks do not shrink it (each rank's slice is at least "
              "one chunk of 4096 floats, with its buffers)";
   }
+  std::string rematDone =
+      remat ? " with " + std::to_string(remat->recomputed.size()) +
+                  " activations recomputed in backward (--remat auto)"
+            : "";
+  std::string rematHint =
+      options.remat == "off" && !plan.saved.empty()
+          ? "; --remat auto recomputes activations in backward"
+          : "";
   error = "--memory-budget " + size(memoryBudget, plan.peak) +
           " is below the predicted peak of " + size(plan.peak, memoryBudget) +
-          " per rank" + at + where + hint +
-          "; ZeRO stage 3 and rematerialization are not implemented yet, "
-          "so use a smaller --batch-size or a --memory-budget of at least " +
+          " per rank" + at + rematDone + where + hint + rematHint +
+          "; ZeRO stage 3 is not implemented yet, so use a smaller "
+          "--batch-size or a --memory-budget of at least " +
           std::to_string(plan.peak) + " bytes (" + formatBytes(plan.peak) + ")";
   return kCompileError;
 }
@@ -719,16 +777,52 @@ int Compilation::emitNative() {
 
 } // namespace
 
-int compile(const CompileOptions &options, std::string &error,
-            const std::string &modelBytes, CompileResult *result) {
-  Compilation compilation(options, error, result);
+namespace {
+
+/// What one compile (with auto's stage-2 retry) left: its status, error and
+/// result, and its plan's numbers for --remat auto.
+struct Attempt {
+  int status = kCompileError;
+  std::string error;
+  CompileResult result;
+  bool hasPlan = false, overBudget = false;
+  int64_t peak = 0, budget = 0, stage = 0;
+  std::vector<SavedActivation> saved;
+  std::map<std::string, int64_t> nodeFlops;
+};
+
+void keep(Attempt &a, const Compilation &c, std::string error, int status,
+          CompileResult result) {
+  a.status = status;
+  a.error = std::move(error);
+  a.result = std::move(result);
+  a.hasPlan = c.plan().has_value();
+  a.overBudget = c.overBudget();
+  a.budget = c.budget();
+  a.stage = c.stage();
+  a.nodeFlops = c.nodeFlops;
+  if (a.hasPlan) {
+    a.peak = c.plan()->peak;
+    a.saved = c.plan()->saved;
+  }
+}
+
+/// One compile; under --zero-stage auto, a second at stage 2 when stages 0
+/// and 1 miss the budget (stage 2 builds a different @train_micro).
+Attempt compileOnce(const CompileOptions &options,
+                    const std::string &modelBytes,
+                    const std::optional<Compilation::RematChoice> &remat) {
+  Attempt a;
+  std::string error;
+  CompileResult result;
+  Compilation compilation(options, error, &result);
+  compilation.remat = remat;
   int status = compilation.run(modelBytes);
   if (status == kCompileOk || !compilation.autoNeedsStage2) {
     compilation.writeReport();
-    return status;
+    keep(a, compilation, error, status, std::move(result));
+    return a;
   }
-  // --zero-stage auto: stages 0 and 1 exceed the budget; stage 2 builds a
-  // different @train_micro, so it is a second compile from the model.
   if (options.verbose)
     llvm::errs() << "ddpc: ZeRO stages 0 and 1 exceed --memory-budget; "
                     "compiling again at stage 2\n";
@@ -737,27 +831,98 @@ int compile(const CompileOptions &options, std::string &error,
   atStage2.zeroStage = "2";
   std::string error2;
   CompileResult result2;
-  Compilation second(atStage2, error2, result ? &result2 : nullptr);
+  Compilation second(atStage2, error2, &result2);
   second.autoTriedStage2 = peaks;
+  second.remat = remat;
   int status2 = second.run(modelBytes);
   second.writeReport();
   if (status2 != kCompileOk && !second.hasPlan()) {
     compilation.writeReport(); // stage 2 failed before its plan
-    return status;
+    keep(a, compilation, error, status, std::move(result));
+    return a;
   }
   if (status2 == kCompileOk || second.autoPeakBelow(peaks)) {
     if (status2 != kCompileOk)
       error2 += "; ZeRO stages 0 and 1 need more, " +
                 formatBytes(peaks.stage0) + " and " + formatBytes(peaks.stage1);
-    error = error2;
-    if (result)
-      *result = std::move(result2);
-    return status2;
+    keep(a, second, error2, status2, std::move(result2));
+    return a;
   }
   // Stage 2 is no smaller: the first compile's error, with stage 2's peak.
   error += "; ZeRO stage 2 needs more, " + second.plannedPeak();
   compilation.writeReport();
-  return status;
+  keep(a, compilation, error, status, std::move(result));
+  return a;
+}
+
+} // namespace
+
+int compile(const CompileOptions &options, std::string &error,
+            const std::string &modelBytes, CompileResult *result) {
+  Attempt a = compileOnce(options, modelBytes, std::nullopt);
+  auto finish = [&](Attempt &done) {
+    error = done.error;
+    if (result)
+      *result = std::move(done.result);
+    return done.status;
+  };
+  bool rematAuto = options.remat == "auto" ||
+                   (options.remat.empty() && !options.memoryBudget.empty());
+  if (a.status == kCompileOk || !rematAuto || !a.overBudget ||
+      a.saved.empty() || !options.rematNodes.empty())
+    return finish(a);
+
+  // --remat auto (Chen et al. 2016; a greedy heuristic, no solver yet):
+  // the saved activations in the order of the fewest forward FLOPs per
+  // byte, and backward recomputes prefixes of doubling length (1, 2, 4,
+  // ...; the last round all of them) at the stage the first compile chose,
+  // until one's plan fits. Each round is a compile checked by its own
+  // plan; the order depends only on the model, so the smallest peak found
+  // is found again under that budget.
+  struct Candidate {
+    SavedActivation activation;
+    int64_t flops = 0;
+  };
+  std::vector<Candidate> candidates;
+  for (const SavedActivation &s : a.saved) {
+    Candidate c{s, 0};
+    for (StringRef part : llvm::split(s.producer, '+'))
+      c.flops += a.nodeFlops.count(part.str()) ? a.nodeFlops[part.str()] : 0;
+    candidates.push_back(c);
+  }
+  llvm::stable_sort(candidates, [](const Candidate &x, const Candidate &y) {
+    // bytes / (flops + 1), descending, without division.
+    return static_cast<double>(x.activation.bytes) * (y.flops + 1) >
+           static_cast<double>(y.activation.bytes) * (x.flops + 1);
+  });
+  Compilation::RematChoice choice;
+  choice.peakWithout = a.peak;
+  CompileOptions atStage = options;
+  atStage.zeroStage = std::to_string(a.stage);
+  Attempt best = std::move(a);
+  constexpr int kRounds = 7;
+  size_t take = 1;
+  for (int round = 0; round < kRounds; ++round, take *= 2) {
+    if (round == kRounds - 1)
+      take = candidates.size();
+    take = std::min(take, candidates.size());
+    while (choice.recomputed.size() < take) {
+      const Candidate &c = candidates[choice.recomputed.size()];
+      choice.recomputed.push_back(c.activation);
+      choice.flops.push_back(c.flops);
+    }
+    if (options.verbose)
+      llvm::errs() << "ddpc: --remat auto: recomputing " << take << " of "
+                   << candidates.size() << " saved activations in backward\n";
+    Attempt b = compileOnce(atStage, modelBytes, choice);
+    if (b.status == kCompileOk || !b.hasPlan)
+      return finish(b);
+    if (b.peak < best.peak)
+      best = std::move(b);
+    if (take == candidates.size())
+      break;
+  }
+  return finish(best);
 }
 
 } // namespace ddpc

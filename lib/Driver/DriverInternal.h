@@ -184,6 +184,14 @@ struct CompileReport {
   int64_t zeroStage = 0;
   /// --zero-stage auto: the stage it picked and why; else empty.
   std::string zeroChoice;
+  /// Rematerialization: why (--remat auto) and what backward recomputes,
+  /// each with the bytes its forward copy held and its FLOPs per micro-batch.
+  struct Recomputed {
+    std::string producer;
+    int64_t bytes = 0, flops = 0;
+  };
+  std::string rematChoice;
+  std::vector<Recomputed> recomputed;
   /// Why the plan is incomplete (--emit=mlir), or empty.
   std::string partial;
 

@@ -185,20 +185,22 @@ int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
     error = planned ? "--zero-stage 3 is planned but not implemented yet; "
                       "implemented: 0 (every rank keeps the whole state), 1 "
                       "(the optimizer state is sharded over the ranks), 2 "
-                      "(the gradients too) and auto (the compiler picks 0 or "
-                      "1 under --memory-budget)"
+                      "(the gradients too) and auto (the compiler picks 0, "
+                      "1 or 2 under --memory-budget)"
                     : "unknown --zero-stage '" + z +
                           "' (supported: 0, 1, 2, auto; planned: 3)";
     return planned ? kCompileUnsupported : kCompileError;
   }
-  if (r != "off") {
-    bool planned = r == "auto";
-    error = planned
-                ? "--remat auto is planned but not implemented yet "
-                  "(rematerialization); only off (every saved "
-                  "activation is kept)"
-                : "unknown --remat '" + r + "' (supported: off; planned: auto)";
-    return planned ? kCompileUnsupported : kCompileError;
+  if (r != "off" && r != "auto" && !r.empty()) {
+    error = "unknown --remat '" + r +
+            "' (supported: auto, the default under --memory-budget: "
+            "recompute activations in backward when no ZeRO stage fits; "
+            "off: keep every saved activation)";
+    return kCompileError;
+  }
+  if (r == "auto" && !options.train.enabled) {
+    error = "--remat applies to training programs (--train)";
+    return kCompileError;
   }
   return kCompileOk;
 }

@@ -315,6 +315,14 @@ std::string CompileReport::toJSON() const {
     plan["world_size"] = memory->worldSize;
     if (!zeroChoice.empty())
       plan["zero_choice"] = zeroChoice;
+    if (!rematChoice.empty() || !recomputed.empty()) {
+      llvm::json::Array list;
+      for (const Recomputed &r : recomputed)
+        list.push_back(llvm::json::Object{
+            {"producer", r.producer}, {"bytes", r.bytes}, {"flops", r.flops}});
+      plan["remat"] = llvm::json::Object{{"choice", rematChoice},
+                                         {"recomputed", std::move(list)}};
+    }
     if (zeroStage == 1)
       plan["zero_note"] =
           memory->worldSize

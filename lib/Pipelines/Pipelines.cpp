@@ -52,6 +52,12 @@ void buildGraphOptimizationPipeline(OpPassManager &pm,
     fpm.addPass(createCanonicalizerPass());
     fpm.addPass(createCSEPass());
   }
+  // Last: a CSE after it would merge the copies back into the originals.
+  if (!options.rematNodes.empty()) {
+    RematerializePassOptions remat;
+    remat.nodes.assign(options.rematNodes.begin(), options.rematNodes.end());
+    fpm.addPass(createRematerializePass(remat));
+  }
 }
 
 void buildBufferizationPipeline(OpPassManager &pm,

@@ -230,7 +230,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
     "zero_stage": None,  # ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too) or "auto"; None: auto with memory_budget, else 0 (CLI: --zero-stage)
     "world_size": None,  # ranks the memory plan is for; the program refuses others (CLI: --world-size)
-    "remat": "off",  # rematerialization: only off so far (CLI: --remat)
+    "remat": None,  # rematerialization: "auto" (backward recomputes activations when no ZeRO stage fits memory_budget) or "off"; None: auto with memory_budget, else off (CLI: --remat)
     "memory_budget": None,  # per-rank bytes, e.g. "4GiB", 512 * 2**20 (CLI: --memory-budget)
 }
 
@@ -284,7 +284,7 @@ class _Request:
             precision=str(o["precision"]),
             zero_stage="" if o["zero_stage"] is None else str(o["zero_stage"]),
             world_size=0 if o["world_size"] is None else int(o["world_size"]),
-            remat=str(o["remat"]),
+            remat="" if o["remat"] is None else str(o["remat"]),
             memory_budget=(
                 "" if o["memory_budget"] is None else str(o["memory_budget"])
             ),

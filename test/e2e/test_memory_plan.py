@@ -221,7 +221,10 @@ def test_measured_peak_within_10_percent_of_plan_two_ranks(ddpc, tmp_path):
     assert abs(peak - planned) <= 0.1 * planned, (peak, planned)
 
 
-def test_budget_below_the_peak_fails_with_one_line(ddpc, tmp_path):
+@pytest.mark.parametrize("remat", ["off", "auto"])
+def test_budget_below_the_peak_fails_with_one_line(ddpc, tmp_path, remat):
+    """A budget below the peak (with --remat auto, below what recomputing
+    every activation reaches) fails in one line, and nothing is written."""
     mlp_model(tmp_path / "m.onnx")
     plan, _ = plan_of(compile_plan(ddpc, tmp_path / "m.onnx", tmp_path / "t", 8))
     peak = plan["peak_bytes"]
@@ -229,13 +232,16 @@ def test_budget_below_the_peak_fails_with_one_line(ddpc, tmp_path):
         ddpc, tmp_path / "m.onnx", tmp_path / "t", 8, "--memory-budget", str(peak)
     )
     assert ok.returncode == 0
+    budget = peak - 1 if remat == "off" else peak // 2
     proc = compile_plan(
         ddpc,
         tmp_path / "m.onnx",
         tmp_path / "u",
         8,
         "--memory-budget",
-        str(peak - 1),
+        str(budget),
+        "--remat",
+        remat,
         check=False,
     )
     assert proc.returncode == 1
@@ -322,7 +328,8 @@ def test_python_memory_budget(tmp_path):
         (["--zero-stage="], 1, "--zero-stage is given an empty value"),
         (["--memory-budget="], 1, "--memory-budget is given an empty value"),
         (["--world-size", "-2"], 1, "invalid --world-size -2"),
-        (["--remat", "auto"], 2, "--remat auto is planned"),
+        (["--remat", "auto"], 0, ""),
+        (["--remat", "auto", "--memory-budget", "1GiB"], 0, ""),
         (["--remat", "on"], 1, "unknown --remat 'on'"),
     ],
 )

@@ -277,10 +277,21 @@ static cl::opt<int64_t> worldSize(
              "Default: any, the plan counts the state whole"),
     cl::value_desc("N"), cl::init(0), cl::sub(compileCmd),
     cl::cat(trainCategory));
-static cl::opt<std::string>
-    remat("remat",
-          cl::desc("Rematerialization: off (default). auto is planned"),
-          cl::init("off"), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::opt<std::string> remat(
+    "remat",
+    cl::desc("Rematerialization: auto (the default under --memory-budget: "
+             "when no ZeRO stage fits, the backward pass recomputes the "
+             "activations that are cheapest per byte, chosen from the "
+             "memory plan, until the plan fits) or off (every activation "
+             "the backward pass reads is kept; the default without a "
+             "budget)"),
+    cl::init(""), cl::sub(compileCmd), cl::cat(trainCategory));
+static cl::list<std::string>
+    rematNodes("remat-nodes",
+               cl::desc("Recompute the activations of these ONNX nodes in "
+                        "backward, whatever the budget"),
+               cl::CommaSeparated, cl::sub(compileCmd), cl::cat(trainCategory),
+               cl::Hidden);
 static cl::opt<bool> verbose("v", cl::desc("Print progress to stderr"),
                              cl::sub(compileCmd), cl::cat(category));
 
@@ -363,6 +374,20 @@ static void printHumanReport(StringRef jsonText, raw_ostream &os) {
       os << "    --zero-stage auto: " << *why << "\n";
     if (std::optional<llvm::StringRef> note = m->getString("zero_note"))
       os << "    " << *note << "\n";
+    if (const json::Object *r = m->getObject("remat")) {
+      if (std::optional<llvm::StringRef> why = r->getString("choice");
+          why && !why->empty())
+        os << "    --remat auto: " << *why << "\n";
+      if (const json::Array *list = r->getArray("recomputed")) {
+        os << "    recomputed in backward: " << list->size() << "\n";
+        for (const json::Value &v : *list) {
+          const json::Object *a = v.getAsObject();
+          os << "      " << a->getString("producer").value_or("") << ": "
+             << a->getInteger("bytes").value_or(0) << " bytes not kept, "
+             << a->getInteger("flops").value_or(0) << " FLOPs again\n";
+        }
+      }
+    }
     os << "    category             bytes        share\n";
     if (const json::Array *cats = m->getArray("categories"))
       for (const json::Value &v : *cats) {
@@ -519,6 +544,7 @@ int main(int argc, char **argv) {
   options.zeroStage = zeroStage;
   options.worldSize = worldSize;
   options.remat = remat;
+  options.rematNodes.assign(rematNodes.begin(), rematNodes.end());
   if ((cudaArch.getNumOccurrences() || cudaPath.getNumOccurrences()) &&
       target != "cuda") {
     errs() << "error: --cuda-arch and --cuda-path apply to --target cuda "

@@ -63,13 +63,18 @@ struct CompileOptions {
   /// Analysis/MemoryPlan.h); empty: unlimited. A memory plan whose
   /// predicted peak exceeds it fails the compile (kCompileError).
   std::string memoryBudget;
-  /// `--zero-stage` and `--remat` (issue 20): "0" (every rank keeps the
-  /// whole state), "1" (ZeRO stage 1, the optimizer state sharded over the
-  /// ranks; CPU and cuda-emulate targets), "auto" (the lowest stage whose
-  /// memory plan fits --memory-budget), empty (auto with a budget, else 0)
-  /// and "off" (every saved activation is kept) are implemented; 2, 3 and
-  /// remat auto are refused as planned.
-  std::string zeroStage, remat = "off";
+  /// `--zero-stage` (issue 20): "0" (every rank keeps the whole state),
+  /// "1" (ZeRO stage 1, the optimizer state sharded over the ranks), "2"
+  /// (the gradients too; CPU and cuda-emulate targets), "auto" (the lowest
+  /// stage whose memory plan fits --memory-budget), empty (auto with a
+  /// budget, else 0); 3 is refused as planned. `--remat`: "off" (every
+  /// saved activation is kept), "auto" (when no stage fits the budget,
+  /// recompute activations in backward until one does), empty (auto with
+  /// a budget, else off).
+  std::string zeroStage, remat;
+  /// Hidden `--remat-nodes`: ONNX nodes whose activations backward
+  /// recomputes, whatever the budget (tests and benchmarks).
+  std::vector<std::string> rematNodes;
   /// `--world-size` (training programs): the ranks the memory plan is for
   /// (ZeRO stage 1 counts 1/N of the optimizer state; the program refuses
   /// another world size); 0: any, the plan counts the state whole.

@@ -38,6 +38,9 @@ struct CPUPipelineOptions {
   /// Free each temporary right after its last use (ddpc-free-at-last-use)
   /// instead of at the end of its function.
   bool freeAtLastUse = true;
+  /// ONNX nodes whose activations the backward pass recomputes
+  /// (ddpc-rematerialize, first pass of the "fused" stage); empty: none.
+  std::vector<std::string> rematNodes;
 };
 
 /// Graph-level cleanups on the imported linalg-on-tensors IR:

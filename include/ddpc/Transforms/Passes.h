@@ -10,6 +10,8 @@
 //   ddpc-clone-shared-fills     one linalg.fill per destination use
 //   ddpc-distinct-result-buffers  one allocation per returned buffer (last
 //                                 pass of bufferization, memref level)
+//   ddpc-free-at-last-use       deallocs right after each buffer's last use
+//   ddpc-rematerialize          backward recomputes chosen activations
 //
 //===----------------------------------------------------------------------===//
 

@@ -144,4 +144,39 @@ def FreeAtLastUsePass : Pass<"ddpc-free-at-last-use", "mlir::func::FuncOp"> {
   ];
 }
 
+def RematerializePass : Pass<"ddpc-rematerialize", "mlir::func::FuncOp"> {
+  let summary = "Recompute chosen forward activations in the backward pass instead of keeping them (rematerialization)";
+  let description = [{
+    `ddpc-rematerialize{nodes=Relu_2,Add_1}` (func.func, linalg on tensors,
+    last pass of the "fused" stage, after ddpc-fuse-ops and the last CSE,
+    which would merge the copies back; only @train_micro). Chen et al.,
+    "Training Deep Nets with Sublinear Memory Cost" (2016): an activation
+    the backward pass reads is either kept from the forward pass until then
+    or recomputed there. Forward ops are those before the loss (the first
+    linalg op of no ONNX node). For every forward op whose location's ONNX
+    nodes are all in `nodes` (a fused group names all of its nodes), each
+    result that later ops read is recomputed right before its first such
+    read, and those reads use the copy; the forward value then dies at its
+    last forward use (ddpc-free-at-last-use frees it). The copy's tensor
+    operands are recomputed the same way when their producers are chosen
+    too, or are free to rebuild (tensor.empty, linalg.fill, reshapes), else
+    read from the forward pass, which then keeps them. Each copy carries
+    `ddpc.remat` (its node names) and an unknown location. Ops that depend
+    on the step's random state (`rng`, Dropout) or touch memory are never
+    recomputed: a second draw would differ.
+      %r = linalg.generic ... loc("Relu_2")             // forward
+      ...
+      %r2 = linalg.generic ... {ddpc.remat = "Relu_2"}  // backward's copy
+      %g = linalg.generic ins(%r2, %dy ...)             // the VJP reads it
+  }];
+  let options = [
+    ListOption<"nodes", "nodes", "std::string",
+               "ONNX node names whose activations backward recomputes">
+  ];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect",
+    "mlir::tensor::TensorDialect"
+  ];
+}
+
 #endif // DDPC_TRANSFORMS_PASSES_TD

@@ -41,6 +41,7 @@ DDPC_ATTR_NAME(kLibrary, Library)
 DDPC_ATTR_NAME(kLibraryFallback, LibraryFallback)
 DDPC_ATTR_NAME(kIndexCheck, IndexCheck)
 DDPC_ATTR_NAME(kRuntimeCheck, RuntimeCheck)
+DDPC_ATTR_NAME(kRemat, Remat)
 DDPC_ATTR_NAME(kArenaBytes, ArenaBytes)
 DDPC_ATTR_NAME(kArenaBuffers, ArenaBuffers)
 #undef DDPC_ATTR_NAME

@@ -52,6 +52,9 @@ def DDPC_Dialect : Dialect {
                                         a library call declined
       ddpc.index_check    : UnitAttr    a run-time index bounds check
       ddpc.runtime_check  : UnitAttr    any other run-time check
+      ddpc.remat          : StringAttr  a forward op recomputed for the
+                                        backward pass (ddpc-rematerialize):
+                                        its ONNX node names, '+'-joined
     On functions (ddpc-plan-arena):
       ddpc.arena_bytes    : IntegerAttr size of the temporaries' arena (i64)
       ddpc.arena_buffers  : IntegerAttr buffers placed in it (i64)
@@ -77,6 +80,7 @@ def DDPC_Dialect : Dialect {
     "::mlir::UnitAttr":$library_fallback,
     "::mlir::UnitAttr":$index_check,
     "::mlir::UnitAttr":$runtime_check,
+    "::mlir::StringAttr":$remat,
     "::mlir::IntegerAttr":$arena_bytes,
     "::mlir::IntegerAttr":$arena_buffers
   );
