@@ -1031,7 +1031,7 @@ def main() -> None:
         log("ZeRO stages 1 and 2 vs stage 0")
         report["zero"] = zero.run(ctx, work_root / "zero")
     if not args.no_remat and args.has_train:
-        log("rematerialization: every activation kept vs recomputed")
+        log("rematerialization: --remat auto vs every activation kept")
         report["remat"] = remat.run(ctx, work_root / "remat")
     report["wall_s"] = time.perf_counter() - t_start
 

@@ -84,6 +84,7 @@ public:
     std::vector<SavedActivation> recomputed;
     std::vector<int64_t> flops;
     int64_t peakWithout = 0;
+    bool stageWasAuto = false; // the user's --zero-stage was auto
   };
   std::optional<RematChoice> remat;
   /// FLOPs of each forward ONNX node in @train_micro (iterations of its
@@ -199,7 +200,9 @@ int Compilation::run(const std::string &modelBytes) {
   }
   pipeline = options.pipeline;
   if (training) {
-    pipeline.rematNodes = options.rematNodes;
+    for (const std::string &n : options.rematNodes)
+      for (StringRef part : llvm::split(n, '+'))
+        pipeline.rematNodes.push_back(part.str());
     if (remat)
       for (const SavedActivation &a : remat->recomputed)
         for (StringRef part : llvm::split(a.producer, '+'))
@@ -392,7 +395,19 @@ int Compilation::synthesize() {
   if (auto micro = module->lookupSymbol<func::FuncOp>(kTrainMicroFunc))
     for (Operation &op : micro.getBody().front())
       if (auto names = nodeNamesOf(op.getLoc()); !names.empty())
-        nodeFlops[names] += estimatedFlops(&op);
+        for (StringRef part : llvm::split(names, '+'))
+          nodeFlops[part.str()] += estimatedFlops(&op);
+  // --remat-nodes: names of the forward pass (a fused group's "a+b" too).
+  for (const std::string &n : options.rematNodes)
+    for (StringRef part : llvm::split(n, '+'))
+      if (!nodeFlops.count(part.str())) {
+        error =
+            "--remat-nodes: no node '" + part.str() +
+            "' that computes in the forward pass of the training step (give "
+            "ONNX node names, as --report lists the saved activations' "
+            "producers; constants compute nothing)";
+        return kCompileError;
+      }
   // The plan's inputs: what one rank reads per micro-batch from --data
   // (float32 or integer token ids, one file per data input) and --labels.
   for (const auto &d : trainInfo.data)
@@ -568,7 +583,7 @@ int Compilation::planMemory() {
           " and stage 1 " + size(a.stage1, memoryBudget) +
           " > --memory-budget " + size(memoryBudget, memoryPlan->peak) +
           "; stage 2 needs " + size(memoryPlan->peak, memoryBudget) + " on " +
-          std::to_string(N) + " ranks (gradients " +
+          std::to_string(N) + " ranks (gradients and buckets " +
           formatBytes(p1.gradients + p1.collectiveBuffers) + " -> " +
           formatBytes(memoryPlan->gradients + memoryPlan->collectiveBuffers) +
           "), the same bytes on the wire as stage 0 (a reduce-scatter of the "
@@ -617,7 +632,7 @@ int Compilation::planMemory() {
                     "no state (sgd without momentum) shards nothing and only "
                     "adds an all-gather of the parameters each step; "
                     "--zero-stage 0 is smaller and faster\n";
-  if (zeroStage == 2 && !autoTriedStage2) {
+  if (zeroStage == 2 && !autoTriedStage2 && !remat) {
     // The slice's chunk rounding and the two bucket buffer pairs in flight
     // can outweigh what sharding the gradients saves (a small model, one
     // dominant parameter, or a large cap on many ranks).
@@ -640,6 +655,14 @@ int Compilation::planMemory() {
                            : "")
                    << " is smaller\n";
   }
+  if (!remat && !options.rematNodes.empty()) {
+    report.rematChoice = "--remat-nodes: backward recomputes the "
+                         "activations of the forward nodes named (those that "
+                         "depend on the random state, as Dropout's, are kept)";
+    for (const std::string &n : pipeline.rematNodes)
+      report.recomputed.push_back(
+          {n, 0, nodeFlops.count(n) ? nodeFlops[n] : 0});
+  }
   if (remat) {
     int64_t bytes = 0, flops = 0;
     for (auto [a, f] : llvm::zip(remat->recomputed, remat->flops)) {
@@ -657,7 +680,15 @@ int Compilation::planMemory() {
         " in backward (the cheapest FLOPs per byte first; " +
         formatBytes(bytes) + " no longer kept, " + std::to_string(flops) +
         " FLOPs per micro-batch again) plans " +
-        size(memoryPlan->peak, memoryBudget);
+        size(memoryPlan->peak, memoryBudget) +
+        (N || cuda ? ""
+                   : "; --world-size N lets --zero-stage auto consider "
+                     "stages 1 and 2 first");
+    if (zeroChoice.empty() && remat->stageWasAuto)
+      zeroChoice = "stage " + std::to_string(zeroStage) +
+                   ": the smallest plan with every activation kept, still "
+                   "above --memory-budget, so --remat auto recomputes "
+                   "activations at this stage";
   }
   trainInfo.zeroStage = zeroStage; // the glue's ddpc_zero_stage
   report.memory = memoryPlan;
@@ -677,7 +708,15 @@ int Compilation::planMemory() {
   std::string hint;
   if (!stage1Larger.empty())
     hint = stage1Larger;
-  else if (plan.zeroStage == 0 && plan.optimizerState && !cuda && N != 1)
+  else if (plan.zeroStage == 0 && plan.optimizerState && !cuda && N != 1 &&
+           [&] {
+             // Only where it helps: its slices are whole chunks of 4096
+             // floats with buffers, more than a small model's state.
+             rt.worldSize = std::max<int64_t>(N, 2);
+             bool smaller = planAt(1).peak < plan.peak;
+             rt.worldSize = N;
+             return smaller;
+           }())
     hint = "; ZeRO stage 1 shards the " + formatBytes(plan.optimizerState) +
            " of optimizer state over the ranks: add --zero-stage 1 (or "
            "auto)" +
@@ -859,6 +898,10 @@ Attempt compileOnce(const CompileOptions &options,
 
 int compile(const CompileOptions &options, std::string &error,
             const std::string &modelBytes, CompileResult *result) {
+  if (options.remat == "auto" && options.memoryBudget.empty())
+    llvm::errs() << "ddpc: note: --remat auto recomputes activations only "
+                    "to fit --memory-budget; without one every activation is "
+                    "kept\n";
   Attempt a = compileOnce(options, modelBytes, std::nullopt);
   auto finish = [&](Attempt &done) {
     error = done.error;
@@ -897,6 +940,9 @@ int compile(const CompileOptions &options, std::string &error,
   });
   Compilation::RematChoice choice;
   choice.peakWithout = a.peak;
+  choice.stageWasAuto =
+      options.zeroStage == "auto" ||
+      (options.zeroStage.empty() && !options.memoryBudget.empty());
   CompileOptions atStage = options;
   atStage.zeroStage = std::to_string(a.stage);
   Attempt best = std::move(a);
@@ -922,6 +968,11 @@ int compile(const CompileOptions &options, std::string &error,
     if (take == candidates.size())
       break;
   }
+  if (best.peak >= choice.peakWithout)
+    best.error += "; recomputing up to all " +
+                  std::to_string(candidates.size()) +
+                  " saved activations in backward (--remat auto) did not "
+                  "lower the peak";
   return finish(best);
 }
 

@@ -198,8 +198,9 @@ int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
             "off: keep every saved activation)";
     return kCompileError;
   }
-  if (r == "auto" && !options.train.enabled) {
-    error = "--remat applies to training programs (--train)";
+  if ((!r.empty() || !options.rematNodes.empty()) && !options.train.enabled) {
+    error = std::string(r.empty() ? "--remat-nodes" : "--remat") +
+            " applies to training programs (--train)";
     return kCompileError;
   }
   return kCompileOk;

@@ -83,7 +83,7 @@ struct RematerializePass : impl::RematerializePassBase<RematerializePass> {
         return false;
       SmallVector<StringRef> parts;
       StringRef(n).split(parts, '+');
-      return llvm::all_of(parts,
+      return llvm::any_of(parts,
                           [&](StringRef p) { return chosen.contains(p); });
     };
     auto isBackward = [&](Operation *user) {

@@ -120,7 +120,12 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             ``zero_stage`` (0, 1, 2 or ``"auto"``; None: ``"auto"`` with a
             ``memory_budget``, else 0), ``world_size`` (training: the ranks
             the memory plan is for; the program refuses another; None:
-            any).
+            any; ``"auto"`` considers stages 1 and 2 only with it),
+            ``remat`` (``"auto"``: when no stage fits ``memory_budget``,
+            the backward pass recomputes activations until the plan fits,
+            listed in ``report()["memory_plan"]["remat"]``; ``"off"``: every
+            activation is kept; None: ``"auto"`` with a ``memory_budget``,
+            else ``"off"``).
 
     Returns:
         A :class:`Program`.

@@ -8,6 +8,7 @@ budget, and within 10% of the plan), and the plans themselves (a budget
 that nothing fits names the smallest one found, which then compiles)."""
 
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -80,12 +81,13 @@ def _train(tmp_path, prog):
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_every_activation_recomputed_matches_none(ddpc, tmp_path, model):
     """Backward recomputes every forward node (--remat-nodes: all of the
-    graph's): almost nothing is kept for it, the weights are bitwise those
+    graph's but its Constants): almost nothing is kept for it, the weights are bitwise those
     of the program that keeps every activation, and the plan still matches
     what the program measured."""
     _setup(tmp_path, model)
     _, plan = _compile(ddpc, tmp_path, tmp_path / "keep")
-    nodes = [n.name for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
+    graph = onnx.load(str(tmp_path / "m.onnx")).graph
+    nodes = [n.name for n in graph.node if n.op_type != "Constant"]
     _, remat = _compile(
         ddpc, tmp_path, tmp_path / "recompute", "--remat-nodes", ",".join(nodes)
     )
@@ -174,3 +176,31 @@ def test_python_remat_auto(tmp_path):
     assert plan["peak_bytes"] < peak and plan["remat"]["recomputed"], plan
     with pytest.raises(ddpc_py.CompileError, match="remat"):
         ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, remat="sometimes")
+
+
+def test_remat_nodes_are_checked_and_reported(ddpc, tmp_path):
+    """--remat-nodes: a name not in the forward pass fails in one line; one
+    node of a fused group recomputes the group; the report lists the nodes;
+    without --train it is refused like --remat."""
+    _setup(tmp_path, "residual-cnn")
+    proc, _ = _compile(
+        ddpc, tmp_path, tmp_path / "t", "--remat-nodes", "no_such_node", check=False
+    )
+    assert proc.returncode == 1 and "no node 'no_such_node'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    _, keep = _compile(ddpc, tmp_path, tmp_path / "keep")
+    fused = next(
+        a["producer"] for a in keep["saved_activations"] if "+" in a["producer"]
+    )
+    part = fused.split("+")[-1]
+    _, plan = _compile(ddpc, tmp_path, tmp_path / "t", "--remat-nodes", part)
+    assert fused not in {a["producer"] for a in plan["saved_activations"]}, plan
+    assert [r["producer"] for r in plan["remat"]["recomputed"]] == [part]
+    assert plan["remat"]["choice"].startswith("--remat-nodes:")
+    proc = subprocess.run(
+        [ddpc, "compile", str(tmp_path / "m.onnx"), "--batch-size", "4"]
+        + ["--remat-nodes", part, "-o", str(tmp_path / "inf")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "--remat-nodes applies to training" in proc.stderr

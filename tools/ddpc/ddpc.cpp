@@ -266,7 +266,7 @@ static cl::opt<std::string> zeroStage(
              "the sum of its slice only); 1 and 2 on the cpu and "
              "cuda-emulate targets; or auto (the lowest of 0, 1 and 2 whose "
              "memory plan fits --memory-budget; stages 1 and 2 need "
-             "--world-size, 2 the cpu target). "
+             "--world-size, 2 not on the cuda target). "
              "Default: auto with --memory-budget, else 0. 3 is planned"),
     cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<int64_t> worldSize(

@@ -153,8 +153,8 @@ def RematerializePass : Pass<"ddpc-rematerialize", "mlir::func::FuncOp"> {
     "Training Deep Nets with Sublinear Memory Cost" (2016): an activation
     the backward pass reads is either kept from the forward pass until then
     or recomputed there. Forward ops are those before the loss (the first
-    linalg op of no ONNX node). For every forward op whose location's ONNX
-    nodes are all in `nodes` (a fused group names all of its nodes), each
+    linalg op of no ONNX node). For every forward op whose location names
+    a node of `nodes` (a fused group is recomputed whole), each
     result that later ops read is recomputed right before its first such
     read, and those reads use the copy; the forward value then dies at its
     last forward use (ddpc-free-at-last-use frees it). The copy's tensor
