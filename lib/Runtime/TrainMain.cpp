@@ -263,10 +263,26 @@ void printUsage(const char *prog) {
   std::string options = fill(fill(formatOptionHelp(trainProgramOptions(), 22),
                                   "{inputs}", dataInputList()),
                              "{lr}", lr);
+  int64_t world =
+      &ddpc_memory_plan_world_size ? ddpc_memory_plan_world_size : 0;
+  std::string launch =
+      world > 0 ? "Compiled with --world-size " + std::to_string(world) +
+                      ": run it under `mpirun -np " + std::to_string(world) +
+                      "`" + (world == 1 ? " or plain" : "") +
+                      " (other world sizes are refused)."
+                : "Run it plain for one process or\nunder `mpirun -np N` for "
+                  "data-parallel training.";
+  std::string zero =
+      zeroStage2()   ? "\nZeRO stage 2: each rank keeps 1/N of the optimizer "
+                       "state and of the summed\ngradients; the buckets are "
+                       "reduce-scattered into them.\n"
+      : zeroStage1() ? "\nZeRO stage 1: each rank keeps and updates 1/N of "
+                       "the optimizer state, then\nthe parameters are "
+                       "all-gathered.\n"
+                     : "";
   std::printf(
       "usage: %s --data X.npy --labels Y.npy --epochs E [options]\n\n"
-      "Trains the compiled model '%s' (optimizer: %s). Run it plain for one "
-      "process or\nunder `mpirun -np N` for data-parallel training.\n\n"
+      "Trains the compiled model '%s' (optimizer: %s). %s\n\n"
       "%s\n"
       "Per-rank batch %lld, %d micro-batch(es) per optimizer step; the global "
       "batch is\n%lld x world size. Gradients are summed over ranks in "
@@ -274,11 +290,12 @@ void printUsage(const char *prog) {
       "micro-batch (DDPC_COMM_THREAD=0: without\nthe CPU runtime's "
       "communication thread) and the update uses their mean over\nthe "
       "global batch, as DistributedDataParallel. Exit status: 0 on success, "
-      "1 on\nany error.\n",
+      "1 on\nany error.\n%s",
       prog, ddpc_model_name ? ddpc_model_name : "",
-      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", options.c_str(),
-      static_cast<long long>(ddpc_batch_size), ddpc_grad_accum_steps,
-      static_cast<long long>(ddpc_batch_size));
+      ddpc_optimizer_desc ? ddpc_optimizer_desc : "", launch.c_str(),
+      options.c_str(), static_cast<long long>(ddpc_batch_size),
+      ddpc_grad_accum_steps, static_cast<long long>(ddpc_batch_size),
+      zero.c_str());
 }
 
 /// The parameters of another schedule are refused (torch's schedulers take

@@ -495,6 +495,8 @@ def test_world_size_is_checked_at_run_time(ddpc, tmp_path):
     prog = compile_train(
         ddpc, tmp_path / "m.onnx", tmp_path / "t", BATCH, "--world-size", "3"
     )
+    usage = subprocess.run([str(prog), "--help"], capture_output=True, text=True)
+    assert "Compiled with --world-size 3: run it under `mpirun -np 3`" in usage.stdout
     proc = run_train(prog, tmp_path, 2, "--epochs", "1", check=False)
     assert proc.returncode != 0
     assert "compiled with --world-size 3" in proc.stderr, proc.stderr
