@@ -513,7 +513,8 @@ class Program:
             RuntimeError: when called on an inference program, when the
                 program (or mpirun) fails, with its stderr, or when mpirun is
                 needed and not found.
-            ValueError: for mismatched data/labels or bad arguments, and for
+            ValueError: for mismatched data/labels or bad arguments, ranks
+                other than the program's ``world_size``, and for
                 ``extra_args`` naming an option the program does not take
                 (the message lists the valid ones) or ``--save``/``--log-json``.
             CompileError: when code generation or linking fails.
@@ -540,6 +541,13 @@ class Program:
         if nan_policy not in ("stop", "skip", "ignore"):
             raise ValueError(
                 f"nan_policy must be 'stop', 'skip' or 'ignore', got {nan_policy!r}"
+            )
+        planned = self.report().get("memory_plan", {}).get("world_size", 0)
+        if planned and int(ranks) != planned:
+            raise ValueError(
+                f"this program was compiled with world_size={planned} (its memory "
+                f"plan assumes that many ranks): call train(..., ranks={planned}), "
+                f"or compile again with world_size={int(ranks)} (or without it)"
             )
 
         extra = [str(a) for a in extra_args]

@@ -588,6 +588,18 @@ def test_stage1_without_state_is_noted(ddpc, tmp_path):
     assert "shards nothing" in proc.stderr
 
 
+def test_python_train_checks_the_world_size(tmp_path):
+    """A program compiled with world_size=2 refuses train(ranks=1) before
+    launching, in Python's words."""
+    ddpc_py = pytest.importorskip("ddpc")
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(4 * BATCH)
+    train = ddpc_py.TrainConfig(batch_size=BATCH)
+    prog = ddpc_py.compile(str(tmp_path / "m.onnx"), train=train, world_size=2)
+    with pytest.raises(ValueError, match=r"world_size=2.*ranks=2"):
+        prog.train(x, y, ranks=1)
+
+
 def test_python_world_size_types(tmp_path):
     ddpc_py = pytest.importorskip("ddpc")
     mlp_model(tmp_path / "m.onnx")
