@@ -10,6 +10,7 @@
 #include "DriverInternal.h"
 
 #include "ddpc/Analysis/CostModel.h"
+#include "ddpc/Analysis/RematGraph.h"
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
@@ -85,11 +86,16 @@ public:
     std::vector<int64_t> flops;
     int64_t peakWithout = 0;
     bool stageWasAuto = false; // the user's --zero-stage was auto
+    /// How it was chosen: "MILP (GLPK), optimal", ...
+    std::string method;
   };
   std::optional<RematChoice> remat;
   /// FLOPs of each forward ONNX node in @train_micro (iterations of its
   /// linalg ops times their scalar ops), filled after synthesis.
   std::map<std::string, int64_t> nodeFlops;
+  /// @train_micro's forward pass after fusion (RematGraph.h), for --remat
+  /// auto's solver; filled by a compile without a remat choice.
+  RematGraph rematGraph;
   bool overBudget() const {
     return memoryPlan && memoryBudget && memoryPlan->peak > memoryBudget;
   }
@@ -217,6 +223,9 @@ int Compilation::run(const std::string &modelBytes) {
         buildGraphOptimizationPipeline(pm, pipeline);
       }))
     return kCompileError;
+  if (training && !remat && options.rematNodes.empty())
+    if (auto micro = module->lookupSymbol<func::FuncOp>(kTrainMicroFunc))
+      rematGraph = buildRematGraph(micro);
   if (result)
     fillGraphReport();
   if (int rc = cuda ? lowerForCUDA() : lowerForCPU(); rc != kContinue)
@@ -676,10 +685,9 @@ int Compilation::planMemory() {
         size(memoryBudget, remat->peakWithout) +
         " with every activation "
         "kept; recomputing " +
-        std::to_string(remat->recomputed.size()) +
-        " in backward (the cheapest FLOPs per byte first; " +
-        formatBytes(bytes) + " no longer kept, " + std::to_string(flops) +
-        " FLOPs per micro-batch again) plans " +
+        std::to_string(remat->recomputed.size()) + " in backward (" +
+        remat->method + "; " + formatBytes(bytes) + " no longer kept, " +
+        std::to_string(flops) + " FLOPs per micro-batch again) plans " +
         size(memoryPlan->peak, memoryBudget) +
         (N || cuda ? ""
                    : "; --world-size N lets --zero-stage auto consider "
@@ -828,6 +836,7 @@ struct Attempt {
   int64_t peak = 0, budget = 0, stage = 0;
   std::vector<SavedActivation> saved;
   std::map<std::string, int64_t> nodeFlops;
+  RematGraph graph;
 };
 
 void keep(Attempt &a, const Compilation &c, std::string error, int status,
@@ -840,6 +849,7 @@ void keep(Attempt &a, const Compilation &c, std::string error, int status,
   a.budget = c.budget();
   a.stage = c.stage();
   a.nodeFlops = c.nodeFlops;
+  a.graph = c.rematGraph;
   if (a.hasPlan) {
     a.peak = c.plan()->peak;
     a.saved = c.plan()->saved;
@@ -915,29 +925,6 @@ int compile(const CompileOptions &options, std::string &error,
       a.saved.empty() || !options.rematNodes.empty())
     return finish(a);
 
-  // --remat auto (Chen et al. 2016; a greedy heuristic, no solver yet):
-  // the saved activations in the order of the fewest forward FLOPs per
-  // byte, and backward recomputes prefixes of doubling length (1, 2, 4,
-  // ...; the last round all of them) at the stage the first compile chose,
-  // until one's plan fits. Each round is a compile checked by its own
-  // plan; the order depends only on the model, so the smallest peak found
-  // is found again under that budget.
-  struct Candidate {
-    SavedActivation activation;
-    int64_t flops = 0;
-  };
-  std::vector<Candidate> candidates;
-  for (const SavedActivation &s : a.saved) {
-    Candidate c{s, 0};
-    for (StringRef part : llvm::split(s.producer, '+'))
-      c.flops += a.nodeFlops.count(part.str()) ? a.nodeFlops[part.str()] : 0;
-    candidates.push_back(c);
-  }
-  llvm::stable_sort(candidates, [](const Candidate &x, const Candidate &y) {
-    // bytes / (flops + 1), descending, without division.
-    return static_cast<double>(x.activation.bytes) * (y.flops + 1) >
-           static_cast<double>(y.activation.bytes) * (x.flops + 1);
-  });
   Compilation::RematChoice choice;
   choice.peakWithout = a.peak;
   choice.stageWasAuto =
@@ -945,7 +932,105 @@ int compile(const CompileOptions &options, std::string &error,
       (options.zeroStage.empty() && !options.memoryBudget.empty());
   CompileOptions atStage = options;
   atStage.zeroStage = std::to_string(a.stage);
+  RematGraph graph = std::move(a.graph);
+  std::map<std::string, int64_t> nodeFlops = a.nodeFlops;
+  std::vector<SavedActivation> saved = a.saved;
   Attempt best = std::move(a);
+
+  // --remat auto: the cheapest recompute set whose kept bytes (the
+  // solver's model, RematSolver.h) fit under the budget less the rest of
+  // the plan; each round compiles the choice, and a plan that still misses
+  // the budget lowers the bound by what it missed.
+  if (!graph.nodes.empty()) {
+    size_t n = graph.nodes.size();
+    bool exact = n <= kRematExactMaxNodes;
+    std::vector<bool> none(n, false), all(n, false);
+    for (size_t i = 0; i < n; ++i)
+      all[i] = graph.nodes[i].recomputable;
+    int64_t keptAll = rematKeptBytes(graph, none);
+    // Recomputing everything recomputable keeps the least (a node's
+    // recompute can only add inputs that are not recomputable).
+    int64_t keptLeast = rematKeptBytes(graph, all);
+    int64_t bound = keptAll - (best.peak - best.budget);
+    std::vector<bool> last;
+    constexpr int kSolverRounds = 6;
+    for (int round = 0; round < kSolverRounds; ++round) {
+      bool lastTry = bound < keptLeast;
+      RematSolution sol =
+          exact ? solveRematExact(graph, std::max(bound, keptLeast))
+                : solveRematHeuristic(graph, std::max(bound, keptLeast));
+      if (!sol.feasible || sol.recompute == last)
+        break;
+      last = sol.recompute;
+      choice.recomputed.clear();
+      choice.flops.clear();
+      for (size_t i = 0; i < n; ++i)
+        if (sol.recompute[i]) {
+          const RematGraph::Node &node = graph.nodes[i];
+          choice.recomputed.push_back({node.name, node.bytes, 1});
+          choice.flops.push_back(node.flops);
+        }
+      choice.method = sol.method +
+                      (exact ? (sol.optimal ? ", optimal"
+                                            : ", best found in the time limit")
+                             : "") +
+                      ", over " + std::to_string(n) + " forward nodes";
+      if (options.verbose)
+        llvm::errs() << "ddpc: --remat auto: " << sol.method << " recomputes "
+                     << choice.recomputed.size() << " of " << n
+                     << " forward nodes, keeping " << formatBytes(sol.keptBytes)
+                     << " of " << formatBytes(keptAll) << "\n";
+      Attempt b = compileOnce(atStage, modelBytes, choice);
+      if (b.status == kCompileOk || !b.hasPlan)
+        return finish(b);
+      // A plan that missed by little lowers the bound by what it missed;
+      // one whose peak did not drop (the peak lies where the activations
+      // kept do not matter) halves the distance to the least kept.
+      int64_t missed = std::max<int64_t>(b.peak - b.budget, 1);
+      bool dropped = b.peak < best.peak;
+      if (dropped)
+        best = std::move(b);
+      if (lastTry)
+        break;
+      bound = std::min(bound, sol.keptBytes) - missed;
+      if (!dropped || round == kSolverRounds - 2)
+        bound =
+            std::min(bound, round == kSolverRounds - 2
+                                ? keptLeast
+                                : keptLeast + (sol.keptBytes - keptLeast) / 2);
+    }
+    if (best.peak >= choice.peakWithout)
+      best.error += "; recomputing activations in backward (--remat auto) "
+                    "did not lower the peak";
+    else if (!last.empty())
+      best.error += "; the smallest peak --remat auto found recomputes " +
+                    std::to_string(llvm::count(last, true)) + " of " +
+                    std::to_string(n) + " forward nodes";
+    return finish(best);
+  }
+
+  // No forward graph (a module the solver cannot read): the greedy of
+  // Chen et al. 2016's spirit, the saved activations in the order of the
+  // fewest forward FLOPs per byte, and backward recomputes prefixes of
+  // doubling length (1, 2, 4, ...; the last round all of them) at the
+  // stage the first compile chose, until one's plan fits.
+  struct Candidate {
+    SavedActivation activation;
+    int64_t flops = 0;
+  };
+  std::vector<Candidate> candidates;
+  for (const SavedActivation &s : saved) {
+    Candidate c{s, 0};
+    for (StringRef part : llvm::split(s.producer, '+'))
+      c.flops += nodeFlops.count(part.str()) ? nodeFlops[part.str()] : 0;
+    candidates.push_back(c);
+  }
+  llvm::stable_sort(candidates, [](const Candidate &x, const Candidate &y) {
+    // bytes / (flops + 1), descending, without division.
+    return static_cast<double>(x.activation.bytes) * (y.flops + 1) >
+           static_cast<double>(y.activation.bytes) * (x.flops + 1);
+  });
+  choice.method = "the cheapest FLOPs per byte first";
   constexpr int kRounds = 7;
   size_t take = 1;
   for (int round = 0; round < kRounds; ++round, take *= 2) {

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ddpc/Analysis/CostModel.h"
+#include "ddpc/Analysis/RematGraph.h"
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/RuntimeSymbols.h"
 #include "ddpc/Transforms/Passes.h"
@@ -12,11 +13,9 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/Pass.h"
-#include "mlir/Transforms/RegionUtils.h"
 
 #include "llvm/ADT/StringSet.h"
 
@@ -28,13 +27,6 @@ namespace ddpc {
 #include "ddpc/Transforms/Passes.h.inc"
 
 namespace {
-
-/// Ops that cost nothing to rebuild and hold no data worth keeping.
-bool isFree(Operation *op) {
-  return isa<tensor::EmptyOp, linalg::FillOp, tensor::ExpandShapeOp,
-             tensor::CollapseShapeOp>(op) &&
-         isMemoryEffectFree(op);
-}
 
 struct RematerializePass : impl::RematerializePassBase<RematerializePass> {
   using RematerializePassBase::RematerializePassBase;
@@ -49,29 +41,14 @@ struct RematerializePass : impl::RematerializePassBase<RematerializePass> {
     Block &body = f.getBody().front();
 
     // Values that depend on the step's random state: never recomputed.
-    llvm::DenseSet<Value> random;
-    for (BlockArgument arg : body.getArguments())
-      if (auto n =
-              f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attrs::kName);
-          n && n.getValue() == "rng")
-        random.insert(arg);
+    llvm::DenseSet<Value> random = randomValues(f);
     // Forward ops precede the loss, the first linalg op of no ONNX node;
     // everything from there on is the loss, backward and the update (a
     // fused group there may name the forward node it duplicates).
+    Operation *boundary = forwardBoundary(body);
     llvm::DenseMap<Operation *, std::string> names;
-    Operation *boundary = nullptr;
-    for (Operation &op : body) {
+    for (Operation &op : body)
       names[&op] = nodeNamesOf(op.getLoc());
-      if (!boundary && names[&op].empty() && isa<linalg::LinalgOp>(op) &&
-          !isa<linalg::FillOp>(op))
-        boundary = &op;
-      llvm::SetVector<Value> used;
-      used.insert(op.getOperands().begin(), op.getOperands().end());
-      for (Region &r : op.getRegions())
-        getUsedValuesDefinedAbove(r, used);
-      if (llvm::any_of(used, [&](Value v) { return random.contains(v); }))
-        random.insert(op.getResults().begin(), op.getResults().end());
-    }
     if (!boundary)
       return;
     auto recomputable = [&](Operation *op) {
@@ -127,7 +104,8 @@ struct RematerializePass : impl::RematerializePassBase<RematerializePass> {
         return it->second;
       Operation *def = v.getDefiningOp();
       if (!isa<RankedTensorType>(v.getType()) || !def ||
-          def->getBlock() != &body || !(recomputable(def) || isFree(def)))
+          def->getBlock() != &body ||
+          !(recomputable(def) || isFreeToRecompute(def)))
         return v;
       IRMapping map;
       for (Value operand : def->getOperands())

@@ -11,7 +11,8 @@
 // allocations (Runtime/Memory.h countAllocation) and prints its high-water
 // mark at exit beside this plan's peak. ZeRO stages 1 and 2 change the
 // optimizer-state, gradient and collective-buffer categories
-// (Support/ZeroLayout.h); rematerialization is not implemented yet.
+// (Support/ZeroLayout.h); ddpc-rematerialize lowers the saved
+// activations (Analysis/RematSolver.h chooses which).
 //
 //===----------------------------------------------------------------------===//
 
