@@ -983,21 +983,21 @@ int compile(const CompileOptions &options, std::string &error,
       Attempt b = compileOnce(atStage, modelBytes, choice);
       if (b.status == kCompileOk || !b.hasPlan)
         return finish(b);
-      // A plan that missed by little lowers the bound by what it missed;
-      // one whose peak did not drop (the peak lies where the activations
-      // kept do not matter) halves the distance to the least kept.
+      // A plan that missed lowers the bound by what it missed; one whose
+      // peak did not drop (the peak lies where the activations kept do not
+      // matter) by a step that doubles each round, 1/64 of the kept bytes
+      // recomputation can free at first; the last round keeps the least.
       int64_t missed = std::max<int64_t>(b.peak - b.budget, 1);
       bool dropped = b.peak < best.peak;
       if (dropped)
         best = std::move(b);
       if (lastTry)
         break;
-      bound = std::min(bound, sol.keptBytes) - missed;
-      if (!dropped || round == kSolverRounds - 2)
-        bound =
-            std::min(bound, round == kSolverRounds - 2
-                                ? keptLeast
-                                : keptLeast + (sol.keptBytes - keptLeast) / 2);
+      int64_t step = (keptAll - keptLeast) >> (kSolverRounds - round);
+      bound =
+          std::min(bound, sol.keptBytes) - std::max(missed, dropped ? 0 : step);
+      if (round == kSolverRounds - 2)
+        bound = std::min(bound, keptLeast);
     }
     if (best.peak >= choice.peakWithout)
       best.error += "; recomputing activations in backward (--remat auto) "
