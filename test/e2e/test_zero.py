@@ -510,12 +510,18 @@ def test_world_size_needs_train(ddpc, tmp_path):
 
 
 def test_over_budget_names_stage1_and_exact_bytes(ddpc, tmp_path):
-    """Stage 0 over budget: the line points at --zero-stage 1 with
-    --world-size; sizes that print alike carry their bytes."""
+    """Stage 0 over budget with every activation kept: the line points at
+    --zero-stage 1 with --world-size; sizes that print alike carry their
+    bytes. With --remat auto (the default) one byte is recomputed away."""
     _wide_mlp(tmp_path / "m.onnx")
     _, p0 = _plan(ddpc, tmp_path, tmp_path / "p0")
     peak = p0["peak_bytes"]
-    proc, _ = _plan(ddpc, tmp_path, tmp_path / "t", "--memory-budget", peak - 1)
+    proc, plan = _plan(ddpc, tmp_path, tmp_path / "a", "--memory-budget", peak - 1)
+    assert proc.returncode == 0 and plan["peak_bytes"] < peak, proc.stderr
+    assert plan["remat"]["recomputed"], plan["remat"]
+    proc, _ = _plan(
+        ddpc, tmp_path, tmp_path / "t", "--memory-budget", peak - 1, "--remat", "off"
+    )
     line = proc.stderr.strip()
     assert proc.returncode == 1 and len(line.splitlines()) == 1, line
     assert "--zero-stage 1 (or auto) with --world-size N" in line
