@@ -1028,7 +1028,7 @@ def main() -> None:
         log("token embedding: DDP match and index-check cost")
         report["embedding"] = embedding.run(ctx, torch_py, work_root / "embedding")
     if not args.no_zero and args.has_train:
-        log("ZeRO stages 1 and 2 vs stage 0")
+        log("ZeRO stages 1 to 3 vs stage 0")
         report["zero"] = zero.run(ctx, work_root / "zero")
     if not args.no_remat and args.has_train:
         log("rematerialization: --remat auto vs every activation kept")

@@ -1,4 +1,4 @@
-"""ZeRO stages 1 and 2 benchmark of `make bench` (bench/README.md), issue 20.
+"""ZeRO stages 1 to 3 benchmark of `make bench` (bench/README.md), issue 20.
 
 Per model and world size N: the same training program compiled with
 `--zero-stage 0`, `1` and `2`, run for a few steps on N ranks
@@ -29,7 +29,7 @@ MODELS = ("resnet18", "transformer")
 RANKS = (2, 4)
 
 
-STAGES = (0, 1, 2)
+STAGES = (0, 1, 2, 3)
 
 
 def _category_bytes(report: dict, name: str) -> int:
@@ -105,6 +105,13 @@ def run(ctx, work):
             s1 = state * (1 - 1 / (2 * ranks))
             row["formula_saving_bytes1"] = s1
             row["formula_saving_bytes2"] = s1 + grads * (1.5 - 1 / (2 * ranks))
+            # Stage 3 also keeps one copy of 1/N of the parameters (two
+            # halves at stage 0); the gathered ones are temporaries.
+            params = _category_bytes(plans[0], "parameters")
+            row["param_bytes"] = params
+            row["formula_saving_bytes3"] = row["formula_saving_bytes2"] + params * (
+                1 - 1 / (2 * ranks)
+            )
             w0 = runs[0]["weights"]
             for stage in STAGES:
                 row[f"peak{stage}"] = runs[stage]["peak_memory_bytes"]
@@ -133,25 +140,27 @@ def markdown(report, fmt):
         return []
     lines = [
         "",
-        "## ZeRO stages 1 and 2 vs stage 0 (issue 20)",
+        "## ZeRO stages 1 to 3 vs stage 0 (issue 20)",
         "",
-        "The same program compiled with `--zero-stage 0`, `1` and `2`, run on N "
+        "The same program compiled with `--zero-stage 0` to `3`, run on N "
         "ranks (`mpirun --oversubscribe`, 1 thread each, so N > 2 shares 2 "
         "cores). State / grads: the optimizer state and the gradients in stage "
         "0's plan (MiB; two halves each). Peak / plan: what rank 0 measured and "
         "the plan it printed (MiB). Formula: the saving ZeRO predicts against "
         "stage 0, stage 1: state·(1 − 1/(2N)); stage 2: also grads·(1.5 − "
         "1/(2N)) (stage 0's two halves and MPI staging copy against one copy of "
-        "1/N); the gather buffers (≤ 1 MiB + 1 MiB/N), stage 2's two buckets in "
+        "1/N); stage 3: also params·(1 − 1/(2N)); the parameters gathered "
+        "while in use, the gather buffers (≤ 1 MiB + 1 MiB/N), stage 2's two buckets in "
         "flight and the rounding to 4096-float chunks are not in it; measured: "
         "peak₀ − peakₖ. Step: median ms after warm-up; ratio: stage k over "
         "stage 0. Δw: the largest weight difference from stage 0.",
         "",
-        "| model | opt | N × batch | state / grads | stage 0 peak / plan | "
-        "stage 1 peak / plan | stage 2 peak / plan | saving 1 formula / "
-        "measured | saving 2 formula / measured | step ms 0 / 1 / 2 | "
-        "ratio 1 / 2 | max \\|Δw\\| 1 / 2 |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | opt | N × batch | params / state / grads | stage 0 peak / "
+        "plan | stage 1 peak / plan | stage 2 peak / plan | stage 3 peak / plan "
+        "| saving 1 formula / measured | saving 2 formula / measured | saving 3 "
+        "formula / measured | step ms 0 / 1 / 2 / 3 | ratio 1 / 2 / 3 | max "
+        "\\|Δw\\| 1 / 2 / 3 |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in r["rows"]:
         head = (
@@ -159,10 +168,11 @@ def markdown(report, fmt):
             f"{row['ranks']} × {row['batch_per_rank']} |"
         )
         if "error" in row:
-            lines.append(f"{head} error: {row['error']} | | | | | | | | |")
+            lines.append(f"{head} error: {row['error']} |" + " |" * 10)
             continue
         lines.append(
-            f"{head} {_mib(row['state_bytes'])} / {_mib(row['grad_bytes'])} | "
+            f"{head} {_mib(row['param_bytes'])} / {_mib(row['state_bytes'])} / "
+            f"{_mib(row['grad_bytes'])} | "
             + " | ".join(
                 f"{_mib(row[f'peak{k}'])} / {_mib(row[f'plan{k}'])}" for k in STAGES
             )
@@ -170,10 +180,12 @@ def markdown(report, fmt):
             + " | ".join(
                 f"{_mib(row[f'formula_saving_bytes{k}'])} / "
                 f"{_mib(row[f'measured_saving_bytes{k}'])}"
-                for k in (1, 2)
+                for k in STAGES[1:]
             )
             + f" | {' / '.join(fmt(row[f'step_ms{k}']) for k in STAGES)} | "
-            f"{fmt(row['step_ratio1'])} / {fmt(row['step_ratio2'])} | "
-            f"{row['max_abs_diff1']:.1e} / {row['max_abs_diff2']:.1e} |"
+            + " / ".join(fmt(row[f"step_ratio{k}"]) for k in STAGES[1:])
+            + " | "
+            + " / ".join(f"{row[f'max_abs_diff{k}']:.1e}" for k in STAGES[1:])
+            + " |"
         )
     return lines

@@ -192,6 +192,9 @@ MemoryPlan computeMemoryPlan(ModuleOp module, const RuntimeFootprint &rt) {
     plan.gradients = zeroStage2GradientBytes(numels, {}, rt.zeroChunk, world,
                                              rt.bufferAlignment);
     plan.collectiveBuffers = all - plan.gradients;
+    if (rt.zeroStage >= 3)
+      plan.parameters = zeroStage3ParameterBytes(numels, rt.zeroChunk, world,
+                                                 rt.bufferAlignment);
   }
   for (int64_t b : rt.batchBytes) {
     plan.dataBatches += buf(b);

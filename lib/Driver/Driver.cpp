@@ -73,8 +73,9 @@ public:
   /// neither fits the budget on the CPU target with N > 1 ranks, so that
   /// compile() tries stage 2, whose @train_micro differs (an out-param);
   /// as input, the stage-2 try's reasons.
+  /// Past stage 2 too (stage2 > 0), compile() tries stage 3.
   struct AutoPeaks {
-    int64_t stage0 = 0, stage1 = 0;
+    int64_t stage0 = 0, stage1 = 0, stage2 = 0;
   };
   std::optional<AutoPeaks> autoNeedsStage2, autoTriedStage2;
 
@@ -214,10 +215,11 @@ int Compilation::run(const std::string &modelBytes) {
         for (StringRef part : llvm::split(a.producer, '+'))
           pipeline.rematNodes.push_back(part.str());
     pipeline.bucketCapMB =
-        zeroStage == 2 && !options.train.bucketCapGiven
+        zeroStage >= 2 && !options.train.bucketCapGiven
             ? std::min(kZeroStage2BucketCapMB, options.train.bucketCapMB)
             : options.train.bucketCapMB;
-    pipeline.shardGradients = zeroStage == 2;
+    pipeline.shardGradients = zeroStage == 2 || zeroStage == 3;
+    pipeline.gatherParameters = zeroStage == 3;
   }
   if (!runPhase("fused", [&](OpPassManager &pm) {
         buildGraphOptimizationPipeline(pm, pipeline);
@@ -544,7 +546,7 @@ int Compilation::planMemory() {
   }
   rt.worldSize = options.worldSize;
   rt.zeroChunk = trainInfo.zeroChunk;
-  if (zeroStage == 2) {
+  if (zeroStage == 2 || zeroStage == 3) {
     // The buckets the step hands its gradients over in (parameter indices).
     std::map<std::string, int32_t> index;
     for (auto [i, p] : llvm::enumerate(trainInfo.params))
@@ -583,7 +585,23 @@ int Compilation::planMemory() {
   std::string stage1Larger; // auto: why stage 1 did not help
   if (zeroStage != kZeroStageAuto) {
     memoryPlan = planAt(zeroStage);
-    if (autoTriedStage2 && fits(*memoryPlan)) {
+    if (autoTriedStage2 && zeroStage == 3 && fits(*memoryPlan)) {
+      const AutoPeaks &a = *autoTriedStage2;
+      MemoryPlan p2 = planAt(2);
+      rt.zeroStage = 3;
+      zeroChoice =
+          "stage 3: stage 0 needs " + size(a.stage0, memoryBudget) +
+          ", stage 1 " + size(a.stage1, memoryBudget) + " and stage 2 " +
+          size(a.stage2, memoryBudget) + " > --memory-budget " +
+          size(memoryBudget, memoryPlan->peak) + "; stage 3 needs " +
+          size(memoryPlan->peak, memoryBudget) + " on " + std::to_string(N) +
+          " ranks (parameters " + formatBytes(p2.parameters) + " -> " +
+          formatBytes(memoryPlan->parameters) +
+          ", each gathered whole only while forward or backward reads it), "
+          "1.5x stage 0's bytes on the wire (a reduce-scatter of the "
+          "gradients, an all-gather of each parameter in forward and again "
+          "in backward)";
+    } else if (autoTriedStage2 && fits(*memoryPlan)) {
       const AutoPeaks &a = *autoTriedStage2;
       MemoryPlan p1 = planAt(1);
       rt.zeroStage = 2;
@@ -691,7 +709,7 @@ int Compilation::planMemory() {
         size(memoryPlan->peak, memoryBudget) +
         (N || cuda ? ""
                    : "; --world-size N lets --zero-stage auto consider "
-                     "stages 1 and 2 first");
+                     "stages 1 to 3 first");
     if (zeroChoice.empty() && remat->stageWasAuto)
       zeroChoice = "stage " + std::to_string(zeroStage) +
                    ": the smallest plan with every activation kept, still "
@@ -752,8 +770,11 @@ int Compilation::planMemory() {
   error = "--memory-budget " + size(memoryBudget, plan.peak) +
           " is below the predicted peak of " + size(plan.peak, memoryBudget) +
           " per rank" + at + rematDone + where + hint + rematHint +
-          "; ZeRO stage 3 is not implemented yet, so use a smaller "
-          "--batch-size or a --memory-budget of at least " +
+          (plan.zeroStage < 3 && options.target == "cpu" &&
+                   options.zeroStage != "auto" && !options.zeroStage.empty()
+               ? "; --zero-stage 3 shards the parameters too"
+               : "") +
+          "; use a smaller --batch-size or a --memory-budget of at least " +
           std::to_string(plan.peak) + " bytes (" + formatBytes(plan.peak) + ")";
   return kCompileError;
 }
@@ -856,8 +877,36 @@ void keep(Attempt &a, const Compilation &c, std::string error, int status,
   }
 }
 
+/// The compile at ZeRO stage `stage` that --zero-stage auto tries when the
+/// stages below it missed the budget with `peaks` (it builds a different
+/// @train_micro); run and reported on construction.
+struct StageRetry {
+  CompileOptions options;
+  std::string error;
+  CompileResult result;
+  Compilation compilation;
+  int status;
+  StageRetry(const CompileOptions &base, const char *stage,
+             const Compilation::AutoPeaks &peaks,
+             const std::optional<Compilation::RematChoice> &remat,
+             const std::string &modelBytes)
+      : options(base), compilation(options, error, &result) {
+    options.zeroStage = stage;
+    if (options.verbose)
+      llvm::errs() << "ddpc: the ZeRO stages below " << stage
+                   << " exceed --memory-budget; compiling again at stage "
+                   << stage << "\n";
+    compilation.autoTriedStage2 = peaks;
+    compilation.remat = remat;
+    status = compilation.run(modelBytes);
+    compilation.writeReport();
+  }
+  bool ok() const { return status == kCompileOk; }
+};
+
 /// One compile; under --zero-stage auto, a second at stage 2 when stages 0
-/// and 1 miss the budget (stage 2 builds a different @train_micro).
+/// and 1 miss the budget, and a third at stage 3 (the CPU target) when
+/// stage 2 misses too.
 Attempt compileOnce(const CompileOptions &options,
                     const std::string &modelBytes,
                     const std::optional<Compilation::RematChoice> &remat) {
@@ -872,33 +921,42 @@ Attempt compileOnce(const CompileOptions &options,
     keep(a, compilation, error, status, std::move(result));
     return a;
   }
-  if (options.verbose)
-    llvm::errs() << "ddpc: ZeRO stages 0 and 1 exceed --memory-budget; "
-                    "compiling again at stage 2\n";
   Compilation::AutoPeaks peaks = *compilation.autoNeedsStage2;
-  CompileOptions atStage2 = options;
-  atStage2.zeroStage = "2";
-  std::string error2;
-  CompileResult result2;
-  Compilation second(atStage2, error2, &result2);
-  second.autoTriedStage2 = peaks;
-  second.remat = remat;
-  int status2 = second.run(modelBytes);
-  second.writeReport();
-  if (status2 != kCompileOk && !second.hasPlan()) {
+  StageRetry second(options, "2", peaks, remat, modelBytes);
+  if (!second.ok() && !second.compilation.hasPlan()) {
     compilation.writeReport(); // stage 2 failed before its plan
     keep(a, compilation, error, status, std::move(result));
     return a;
   }
-  if (status2 == kCompileOk || second.autoPeakBelow(peaks)) {
-    if (status2 != kCompileOk)
-      error2 += "; ZeRO stages 0 and 1 need more, " +
-                formatBytes(peaks.stage0) + " and " + formatBytes(peaks.stage1);
-    keep(a, second, error2, status2, std::move(result2));
+  if (!second.ok() && options.target == "cpu" && options.worldSize > 1) {
+    Compilation::AutoPeaks peaks3 = peaks;
+    peaks3.stage2 = second.compilation.plan()->peak;
+    StageRetry third(options, "3", peaks3, remat, modelBytes);
+    if (third.compilation.hasPlan() &&
+        (third.ok() ||
+         third.compilation.plan()->peak <
+             std::min({peaks.stage0, peaks.stage1, peaks3.stage2}))) {
+      if (!third.ok())
+        third.error += "; ZeRO stages 0, 1 and 2 need more, " +
+                       formatBytes(peaks.stage0) + ", " +
+                       formatBytes(peaks.stage1) + " and " +
+                       formatBytes(peaks3.stage2);
+      keep(a, third.compilation, third.error, third.status,
+           std::move(third.result));
+      return a;
+    }
+  }
+  if (second.ok() || second.compilation.autoPeakBelow(peaks)) {
+    if (!second.ok())
+      second.error += "; ZeRO stages 0 and 1 need more, " +
+                      formatBytes(peaks.stage0) + " and " +
+                      formatBytes(peaks.stage1);
+    keep(a, second.compilation, second.error, second.status,
+         std::move(second.result));
     return a;
   }
   // Stage 2 is no smaller: the first compile's error, with stage 2's peak.
-  error += "; ZeRO stage 2 needs more, " + second.plannedPeak();
+  error += "; ZeRO stage 2 needs more, " + second.compilation.plannedPeak();
   compilation.writeReport();
   keep(a, compilation, error, status, std::move(result));
   return a;

@@ -281,6 +281,8 @@ std::string generateMemoryPlanGlue(const MemoryPlan &plan, int64_t budget) {
          std::to_string(plan.optimizerState) + "LL;\nconst int64_t " +
          kGlueMemoryPlanGradients.str() + " = " +
          std::to_string(plan.gradients) + "LL;\nconst int64_t " +
+         kGlueMemoryPlanParameters.str() + " = " +
+         std::to_string(plan.parameters) + "LL;\nconst int64_t " +
          kGlueMemoryPlanWorldSize.str() + " = " +
          std::to_string(plan.worldSize) + "LL;\nconst int64_t " +
          kGlueMemoryBudget.str() + " = " + std::to_string(budget) + "LL;\n";

@@ -146,6 +146,15 @@ void CompileReport::fillBuckets(ModuleOp module) {
   buckets.clear();
   module.walk([&](func::CallOp call) {
     auto kind = call->getAttrOfType<StringAttr>(attrs::kCollective);
+    // ZeRO stage 3's parameter all-gathers (ddpc-gather-parameters), one
+    // per gathered segment of @train_micro (per micro-batch).
+    if (kind && kind.getValue() == "all_gather_param") {
+      if (call->getParentOfType<func::FuncOp>().getSymName() == kTrainMicroFunc)
+        collectives.push_back(
+            {kind.str(),
+             call->getAttrOfType<IntegerAttr>(attrs::kBytes).getInt()});
+      return;
+    }
     if (!kind || (kind.getValue() != "allreduce_bucket" &&
                   kind.getValue() != "reduce_scatter_bucket"))
       return;
@@ -337,9 +346,9 @@ std::string CompileReport::toJSON() const {
                 "16 KiB beyond), which the plan "
                 "the program prints at exit (memory_plan_bytes in "
                 "--log-json) includes; --world-size N plans for N";
-    if (zeroStage == 2)
+    if (zeroStage >= 2)
       plan["zero_note"] =
-          "ZeRO stage 2" +
+          "ZeRO stage " + std::to_string(zeroStage) +
           (memory->worldSize
                ? " on " + std::to_string(memory->worldSize) + " ranks"
                : std::string(" (planned for 1 rank; --world-size N plans "
@@ -350,7 +359,13 @@ std::string CompileReport::toJSON() const {
           "(each pair: a send buffer of the largest bucket and a receive "
           "buffer of the largest part of one that a rank receives); the "
           "gradients themselves are temporaries of train_micro until their "
-          "bucket is reduce-scattered";
+          "bucket is reduce-scattered" +
+          std::string(zeroStage >= 3
+                          ? "; the parameters above are one rank's slice too, "
+                            "and each parameter is all-gathered whole before "
+                            "forward reads it and again before backward does "
+                            "(a temporary of train_micro and eval while read)"
+                          : "");
   }
   if (!partial.empty())
     root["partial"] = partial;

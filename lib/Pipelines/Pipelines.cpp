@@ -87,6 +87,8 @@ void buildBufferizationPipeline(OpPassManager &pm,
   buckets.bucketCapMB = options.bucketCapMB;
   buckets.shardGradients = options.shardGradients;
   pm.addPass(createBucketGradientAllReducePass(buckets));
+  if (options.gatherParameters)
+    pm.addPass(createGatherParametersPass());
 }
 
 /// The math lowering both targets share: exact log1p, libm for the rest.
@@ -265,6 +267,11 @@ struct BufferizePipelineOptions
       llvm::cl::desc("ZeRO stage 2: gradients leave the training step only "
                      "through the buckets"),
       llvm::cl::init(false)};
+  Option<bool> gatherParameters{
+      *this, "gather-parameters",
+      llvm::cl::desc("ZeRO stage 3: all-gather parameters where the step "
+                     "reads them (ddpc-gather-parameters)"),
+      llvm::cl::init(false)};
   Option<bool> freeAtLastUse{
       *this, "free-at-last-use",
       llvm::cl::desc("Free temporaries right after their last use "
@@ -288,6 +295,11 @@ struct CPUPipelineRegistrationOptions
       *this, "shard-gradients",
       llvm::cl::desc("ZeRO stage 2: gradients leave the training step only "
                      "through the buckets"),
+      llvm::cl::init(false)};
+  Option<bool> gatherParameters{
+      *this, "gather-parameters",
+      llvm::cl::desc("ZeRO stage 3: all-gather parameters where the step "
+                     "reads them (ddpc-gather-parameters)"),
       llvm::cl::init(false)};
   Option<bool> freeAtLastUse{
       *this, "free-at-last-use",
@@ -328,6 +340,7 @@ void registerPipelines() {
           CPUPipelineOptions options;
           options.bucketCapMB = o.bucketCapMB;
           options.shardGradients = o.shardGradients;
+          options.gatherParameters = o.gatherParameters;
           options.freeAtLastUse = o.freeAtLastUse;
           buildBufferizationPipeline(pm, options);
         });
@@ -378,6 +391,7 @@ void registerPipelines() {
           options.fuseElementwise = o.fuseElementwise;
           options.bucketCapMB = o.bucketCapMB;
           options.shardGradients = o.shardGradients;
+          options.gatherParameters = o.gatherParameters;
           options.freeAtLastUse = o.freeAtLastUse;
           buildCPUPipeline(pm, options);
         });

@@ -31,6 +31,7 @@
 #include "ddpc/Runtime/Sampler.h"
 #include "ddpc/Runtime/TrainABI.h"
 #include "ddpc/Support/ByteSize.h"
+#include "ddpc/Support/ZeroLayout.h"
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -47,6 +48,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -72,6 +74,9 @@ extern "C" __attribute__((weak)) const int32_t ddpc_zero_num_buckets;
 extern "C" __attribute__((weak)) const int32_t ddpc_zero_bucket_sizes[];
 extern "C" __attribute__((weak)) const int32_t ddpc_zero_bucket_params[];
 extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_gradients;
+/// ZeRO stage 3: the plan's parameter bytes (one rank's slice at its world
+/// size; Support/RuntimeSymbols.h).
+extern "C" __attribute__((weak)) const int64_t ddpc_memory_plan_parameters;
 
 namespace {
 
@@ -86,9 +91,17 @@ bool zeroStage1() {
 /// Whether the program also shards the gradients (ZeRO stage 2): its
 /// ddpc_train_micro has no gradient accumulators (TrainABI.h).
 bool zeroStage2() {
-  return zeroStage1() && ddpc_zero_stage == 2 && &ddpc_zero_num_buckets &&
+  return zeroStage1() && ddpc_zero_stage >= 2 && &ddpc_zero_num_buckets &&
          &ddpc_zero_bucket_sizes && &ddpc_zero_bucket_params;
 }
+
+/// Whether the program also shards the parameters (ZeRO stage 3): its
+/// ddpc_train_micro and ddpc_eval gather them (ddpc_rt_param_gather_f32)
+/// and receive no parameter buffers.
+bool zeroStage3() { return zeroStage2() && ddpc_zero_stage == 3; }
+
+/// ZeRO stage 3: the bytes of this rank's parameter slice (initState).
+int64_t gParamSliceBytes = 0;
 
 /// ZeRO stage 2's buckets from the glue's tables.
 std::vector<std::vector<int32_t>> zeroBuckets() {
@@ -116,8 +129,11 @@ int64_t plannedPeak(int world, int64_t zeroBytes, int64_t gradBytes) {
   if (zeroStage2()) {
     if (!&ddpc_memory_plan_gradients)
       return 0;
+    int64_t params = 0;
+    if (zeroStage3() && &ddpc_memory_plan_parameters)
+      params = gParamSliceBytes - ddpc_memory_plan_parameters;
     return ddpc_memory_plan_peak + zeroBytes - ddpc_memory_plan_optimizer +
-           gradBytes - ddpc_memory_plan_gradients - collective;
+           gradBytes - ddpc_memory_plan_gradients - collective + params;
   }
   int64_t peak = ddpc_memory_plan_peak - (world > 1 ? 0 : collective);
   if (zeroStage1() && &ddpc_memory_plan_optimizer)
@@ -273,7 +289,11 @@ void printUsage(const char *prog) {
                 : "Run it plain for one process or\nunder `mpirun -np N` for "
                   "data-parallel training.";
   std::string zero =
-      zeroStage2()   ? "\nZeRO stage 2: each rank keeps 1/N of the optimizer "
+      zeroStage3()   ? "\nZeRO stage 3: each rank keeps 1/N of the parameters, "
+                       "of the optimizer state and\nof the summed gradients; "
+                       "each parameter is all-gathered before forward\nand "
+                       "backward read it and freed after.\n"
+      : zeroStage2() ? "\nZeRO stage 2: each rank keeps 1/N of the optimizer "
                        "state and of the summed\ngradients; the buckets are "
                        "reduce-scattered into them.\n"
       : zeroStage1() ? "\nZeRO stage 1: each rank keeps and updates 1/N of "
@@ -1073,6 +1093,8 @@ struct TrainRun {
   std::unique_ptr<ZeroGradients> zeroGrads;
   int64_t gradBytes = 0;
   std::vector<std::vector<float>> resumedState;
+  // ZeRO stage 3: a checkpoint's whole parameters (rank 0) until scattered.
+  std::vector<std::vector<float>> resumedParams;
   Position pos;
   const bool resumed = !opt.resume.empty();
   // The step's learning rate (--lr-schedule at the step's index) and the
@@ -1206,7 +1228,8 @@ struct TrainRun {
   /// Half 0 of the state from the compiled initial values.
   void initState() {
     for (int h = 0; h < 2; ++h) {
-      paramSets[h].allocate(params);
+      if (!zeroStage3())
+        paramSets[h].allocate(params);
       bufferSets[h].allocate(buffers);
       if (!zeroStage2())
         gradSets[h].allocate(params);
@@ -1222,6 +1245,9 @@ struct TrainRun {
       if (zeroStage2())
         gradBytes = ZeroGradients::allocatedBytes(
             numels, zeroBuckets(), ddpc_zero_chunk, world, kBufferAlignment);
+      if (zeroStage3())
+        gParamSliceBytes = ddpc::zeroStage3ParameterBytes(
+            numels, ddpc_zero_chunk, world, kBufferAlignment);
       // Compiled without --world-size, the budget check counted the whole
       // state; the slice at this world size is known only now.
       int64_t plan = plannedPeak(world, zeroBytes, gradBytes);
@@ -1242,10 +1268,17 @@ struct TrainRun {
             numels, zeroBuckets(), ddpc_zero_chunk, world, rank);
         setGradientShard(zeroGrads.get());
       }
+      if (zeroStage3()) {
+        zero->enableParameterSlice();
+        std::vector<const float *> init(ddpc_param_init, ddpc_param_init + P);
+        zero->setParameters(init);
+        setParameterShard(zero.get());
+      }
     }
-    for (int32_t i = 0; i < P; ++i)
-      std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
-                  params[i].numel * sizeof(float));
+    if (!zeroStage3())
+      for (int32_t i = 0; i < P; ++i)
+        std::memcpy(paramSets[0].tensors[i].ptr, ddpc_param_init[i],
+                    params[i].numel * sizeof(float));
     for (int32_t i = 0; i < Bf; ++i)
       std::memcpy(bufferSets[0].tensors[i].ptr, ddpc_buffer_init[i],
                   buffers[i].numel * sizeof(float));
@@ -1322,6 +1355,9 @@ struct TrainRun {
     if (zero)
       for (CheckpointTensor &t : c.optState)
         resumedState.push_back(std::move(t.values));
+    if (zeroStage3())
+      for (CheckpointTensor &t : c.params)
+        resumedParams.push_back(std::move(t.values));
     if (c.stepInEpoch < 0 || c.stepInEpoch >= stepsPerEp || c.epoch < 0)
       mismatch("position epoch " + std::to_string(c.epoch) + " step " +
                std::to_string(c.stepInEpoch) + " is outside this data set (" +
@@ -1343,10 +1379,17 @@ struct TrainRun {
   /// Rank 0's state is everyone's state.
   void shareRankZeroState() {
     broadcastBytes(&pos, sizeof(pos), "broadcast of the training position");
-    for (int32_t i = 0; i < P; ++i)
-      broadcastBytes(paramSets[0].tensors[i].ptr,
-                     params[i].numel * sizeof(float),
-                     "broadcast of the initial parameters");
+    if (zeroStage3()) {
+      // Every rank built its slice from the compiled initial values.
+      if (resumed)
+        zero->scatterParameters(resumedParams);
+      resumedParams.clear();
+    } else {
+      for (int32_t i = 0; i < P; ++i)
+        broadcastBytes(paramSets[0].tensors[i].ptr,
+                       params[i].numel * sizeof(float),
+                       "broadcast of the initial parameters");
+    }
     for (int32_t i = 0; i < Bf; ++i)
       broadcastBytes(bufferSets[0].tensors[i].ptr,
                      buffers[i].numel * sizeof(float),
@@ -1440,8 +1483,9 @@ struct TrainRun {
   /// --nan-policy says: the job ends instead, naming the tensor.
   /// `zeroState`: at ZeRO stage 1 the whole optimizer state (gatherState),
   /// else unused.
+  /// `whole`: the parameters whole (WholeParameters).
   void requireFiniteWeights(
-      const std::string &what,
+      const std::string &what, const TensorSet &whole,
       const std::vector<std::vector<float>> *zeroState = nullptr) {
     auto scan = [&](const char *kind, const std::vector<TensorInfo> &infos,
                     const TensorSet &set) {
@@ -1468,7 +1512,7 @@ struct TrainRun {
                 ")");
       }
     };
-    scan("parameter", params, paramSets[cp]);
+    scan("parameter", params, whole);
     scan("buffer", buffers, bufferSets[cb]);
     if (!zero) {
       scan("optimizer state", slots, optSets[co]);
@@ -1482,15 +1526,38 @@ struct TrainRun {
     }
   }
 
+  /// The current parameters whole: paramSets[cp], or at ZeRO stage 3
+  /// gathered from every rank's slice (collective: every rank constructs
+  /// one) into host vectors outside the counted memory.
+  struct WholeParameters {
+    std::vector<std::vector<float>> store;
+    TensorSet view; // non-owning at stage 3
+    const TensorSet *whole;
+    explicit WholeParameters(TrainRun &run) : whole(&run.paramSets[run.cp]) {
+      if (!zeroStage3())
+        return;
+      run.zero->gatherParameters(store);
+      for (std::vector<float> &v : store)
+        view.tensors.emplace_back().ptr = v.data();
+      whole = &view;
+    }
+    ~WholeParameters() {
+      for (Aligned &t : view.tensors)
+        t.ptr = nullptr;
+    }
+    const TensorSet &set() const { return *whole; }
+  };
+
   /// --checkpoint, written by rank 0.
   void writeCheckpointFile() {
     // ZeRO stage 1: the whole state on rank 0, from every rank's slice.
     std::vector<std::vector<float>> zeroState;
     if (zero)
       zero->gatherState(zeroState);
+    WholeParameters whole(*this);
     if (rank != 0)
       return;
-    requireFiniteWeights("the checkpoint", &zeroState);
+    requireFiniteWeights("the checkpoint", whole.set(), &zeroState);
     Checkpoint c;
     c.modelName = ddpc_model_name ? ddpc_model_name : "";
     c.optimizerDesc = ddpc_optimizer_desc ? ddpc_optimizer_desc : "";
@@ -1514,7 +1581,7 @@ struct TrainRun {
       for (size_t i = 0; i < infos.size(); ++i)
         dst.push_back({infos[i].name, infos[i].shape, set.tensors[i].f(), {}});
     };
-    add(c.params, params, paramSets[cp]);
+    add(c.params, params, whole.set());
     add(c.buffers, buffers, bufferSets[cb]);
     if (zero)
       for (size_t i = 0; i < slots.size(); ++i)
@@ -1539,8 +1606,9 @@ struct TrainRun {
         gatherRow(val, mine[start + std::min(j, valid - 1)], j,
                   batchPtrs.data());
       size_t a = 0;
+      // ZeRO stage 3: ddpc_eval gathers its parameters itself.
       for (int32_t i = 0; i < P; ++i)
-        evalArgs[a++] = paramSets[cp].tensors[i].ptr;
+        evalArgs[a++] = zeroStage3() ? nullptr : paramSets[cp].tensors[i].ptr;
       for (int32_t i = 0; i < Bf; ++i)
         evalArgs[a++] = bufferSets[cb].tensors[i].ptr;
       for (void *p : batchPtrs)
@@ -1578,7 +1646,7 @@ struct TrainRun {
       prefetcher.next(batchPtrs.data());
       size_t a = 0;
       for (int32_t i = 0; i < P; ++i)
-        microArgs[a++] = paramSets[cp].tensors[i].ptr;
+        microArgs[a++] = zeroStage3() ? nullptr : paramSets[cp].tensors[i].ptr;
       for (int32_t i = 0; i < Bf; ++i)
         microArgs[a++] = bufferSets[cb].tensors[i].ptr;
       // ZeRO stage 2: no gradient accumulators (TrainABI.h).
@@ -1752,7 +1820,7 @@ struct TrainRun {
     *static_cast<int64_t *>(stepArg.ptr) = pos.optimizerSteps;
     if (zero) {
       std::vector<float *> p, g, np;
-      for (int32_t i = 0; i < P; ++i) {
+      for (int32_t i = 0; i < P && !zeroStage3(); ++i) {
         p.push_back(paramSets[cp].tensors[i].f());
         if (!zeroGrads)
           g.push_back(gradSets[cg].tensors[i].f());
@@ -1957,12 +2025,15 @@ struct TrainRun {
     }
     if (!opt.checkpoint.empty() && lastCkptStep != pos.globalStep)
       writeCheckpointFile();
+    std::optional<WholeParameters> whole; // collective at ZeRO stage 3
+    if (!opt.save.empty())
+      whole.emplace(*this);
     if (rank == 0 && !opt.save.empty()) {
-      requireFiniteWeights("--save " + opt.save);
+      requireFiniteWeights("--save " + opt.save, whole->set());
       std::vector<OnnxInitializer> inits;
       for (int32_t i = 0; i < P; ++i)
         inits.push_back(
-            {params[i].name, params[i].shape, paramSets[cp].tensors[i].f()});
+            {params[i].name, params[i].shape, whole->set().tensors[i].f()});
       for (int32_t i = 0; i < Bf; ++i)
         inits.push_back(
             {buffers[i].name, buffers[i].shape, bufferSets[cb].tensors[i].f()});

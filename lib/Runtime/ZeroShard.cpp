@@ -60,6 +60,8 @@ ZeroStage1::~ZeroStage1() {
     freeBuffer(p);
   for (float *p : {paramChunk, gradChunk, send, recv})
     freeBuffer(p);
+  if (paramSlice)
+    freeBuffer(paramSlice);
 }
 
 int64_t ZeroStage1::allocatedBytes(const std::vector<int64_t> &numels,
@@ -120,7 +122,11 @@ void ZeroStage1::step(const std::vector<float *> &params,
     int64_t gn = std::min(groupChunks, chunks - g0);
     for (int64_t j = g0; j < g0 + gn; ++j) {
       int64_t begin = rank * slice + j * chunk;
-      packFlat(p, begin, chunk, paramChunk);
+      if (paramSlice)
+        std::memcpy(paramChunk, paramSlice + j * chunk,
+                    static_cast<size_t>(chunk) * sizeof(float));
+      else
+        packFlat(p, begin, chunk, paramChunk);
       if (!gradSlice)
         packFlat(g, begin, chunk, gradChunk);
       size_t a = 0;
@@ -142,6 +148,11 @@ void ZeroStage1::step(const std::vector<float *> &params,
                     static_cast<size_t>(chunk) * sizeof(float));
     }
     int64_t n = gn * chunk;
+    if (paramSlice) { // stage 3: the slice is the parameters' only copy
+      std::memcpy(paramSlice + g0 * chunk, send,
+                  static_cast<size_t>(n) * sizeof(float));
+      continue;
+    }
     allgatherBytes(send, recv, n * static_cast<int64_t>(sizeof(float)),
                    "all-gather of the parameters (ZeRO stage 1)");
     for (int q = 0; q < world; ++q)
@@ -173,27 +184,100 @@ void ZeroStage1::gatherState(std::vector<std::vector<float>> &out) {
   }
 }
 
-void ZeroStage1::scatterState(const std::vector<std::vector<float>> &full) {
-  // Rank 0 broadcasts the flat state piece by piece (the gather buffer's
+void ZeroStage1::scatterFlat(const std::vector<const float *> &src,
+                             float *dst) {
+  // Rank 0 broadcasts the flat vector piece by piece (the gather buffer's
   // size); every rank keeps what falls in its slice.
   int64_t piece = world * groupChunks * chunk, padded = world * slice;
+  for (int64_t begin = 0; begin < padded; begin += piece) {
+    int64_t n = std::min(piece, padded - begin);
+    if (rank == 0)
+      packFlat(src, begin, n, recv);
+    broadcastBytes(recv, n * static_cast<int64_t>(sizeof(float)),
+                   "broadcast of the sharded state (ZeRO)");
+    int64_t lo = std::max(begin, rank * slice);
+    int64_t hi = std::min(begin + n, (rank + 1) * slice);
+    if (hi > lo)
+      std::memcpy(dst + (lo - rank * slice), recv + (lo - begin),
+                  static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+void ZeroStage1::scatterState(const std::vector<std::vector<float>> &full) {
   for (int s = 0; s < slots; ++s) {
     std::vector<const float *> src;
     if (rank == 0)
       for (size_t i = 0; i < numels.size(); ++i)
         src.push_back(full[i * slots + s].data());
-    for (int64_t begin = 0; begin < padded; begin += piece) {
-      int64_t n = std::min(piece, padded - begin);
-      if (rank == 0)
-        packFlat(src, begin, n, recv);
-      broadcastBytes(recv, n * static_cast<int64_t>(sizeof(float)),
-                     "broadcast of the optimizer state (ZeRO stage 1)");
-      int64_t lo = std::max(begin, rank * slice);
-      int64_t hi = std::min(begin + n, (rank + 1) * slice);
-      if (hi > lo)
-        std::memcpy(state[s] + (lo - rank * slice), recv + (lo - begin),
-                    static_cast<size_t>(hi - lo) * sizeof(float));
+    scatterFlat(src, state[s]);
+  }
+}
+
+void ZeroStage1::enableParameterSlice() {
+  if (paramSlice)
+    return;
+  void *p = allocateBuffer(static_cast<size_t>(slice) * sizeof(float));
+  if (!p)
+    fatalError("out of memory allocating " +
+               std::to_string(slice * static_cast<int64_t>(sizeof(float))) +
+               " bytes for the ZeRO stage 3 parameter slice");
+  paramSlice = static_cast<float *>(p);
+  std::memset(paramSlice, 0, static_cast<size_t>(slice) * sizeof(float));
+}
+
+void ZeroStage1::setParameters(const std::vector<const float *> &full) {
+  packFlat(full, rank * slice, slice, paramSlice);
+}
+
+void ZeroStage1::scatterParameters(
+    const std::vector<std::vector<float>> &full) {
+  std::vector<const float *> src;
+  if (rank == 0)
+    for (const std::vector<float> &t : full)
+      src.push_back(t.data());
+  scatterFlat(src, paramSlice);
+}
+
+void ZeroStage1::gatherParameter(int64_t index, float *dst) {
+  if (!paramSlice || index < 0 || index >= int64_t(numels.size()))
+    fatalError("internal error: all-gather of parameter " +
+               std::to_string(index) + " of " + std::to_string(numels.size()) +
+               " without a ZeRO stage 3 parameter slice");
+  int64_t off = offsets[index], n = numels[index];
+  auto part = [&](int q) { return zeroSliceOverlap(off, n, slice, q); };
+  auto start = [&](int q) { return std::max(off, q * slice); };
+  int64_t most = 0;
+  for (int q = 0; q < world; ++q)
+    most = std::max(most, part(q));
+  // Rounds of at most the send buffer per rank; rank q's part of round k
+  // lands at its place in the parameter.
+  const int64_t room = groupChunks * chunk;
+  const int64_t mine = part(rank);
+  const float *from = paramSlice + (start(rank) - rank * slice);
+  for (int64_t k = 0; k < most; k += room) {
+    int64_t m = std::min(room, most - k);
+    int64_t have = std::clamp<int64_t>(mine - k, 0, m);
+    if (have)
+      std::memcpy(send, from + k, static_cast<size_t>(have) * sizeof(float));
+    if (have < m)
+      std::memset(send + have, 0,
+                  static_cast<size_t>(m - have) * sizeof(float));
+    allgatherBytes(send, recv, m * static_cast<int64_t>(sizeof(float)),
+                   "all-gather of a parameter (ZeRO stage 3)");
+    for (int q = 0; q < world; ++q) {
+      int64_t c = std::clamp<int64_t>(part(q) - k, 0, m);
+      if (c)
+        std::memcpy(dst + (start(q) - off) + k, recv + q * m,
+                    static_cast<size_t>(c) * sizeof(float));
     }
+  }
+}
+
+void ZeroStage1::gatherParameters(std::vector<std::vector<float>> &out) {
+  out.assign(numels.size(), {});
+  for (size_t i = 0; i < numels.size(); ++i) {
+    out[i].assign(static_cast<size_t>(numels[i]), 0.0f);
+    gatherParameter(static_cast<int64_t>(i), out[i].data());
   }
 }
 
@@ -283,5 +367,19 @@ double ZeroGradients::sumOfSquares() const {
   return sum;
 }
 
+namespace {
+ZeroStage1 *gParamShard = nullptr;
+} // namespace
+
+void setParameterShard(ZeroStage1 *shard) { gParamShard = shard; }
+
 } // namespace runtime
 } // namespace ddpc
+
+extern "C" void ddpc_rt_param_gather_f32(float *data, int64_t index) {
+  using namespace ddpc::runtime;
+  if (!gParamShard)
+    fatalError("internal error: the program gathers parameters (ZeRO stage "
+               "3) but the runtime keeps no parameter slice");
+  gParamShard->gatherParameter(index, data);
+}

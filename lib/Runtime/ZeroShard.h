@@ -63,6 +63,26 @@ public:
             void *gradScale, void (*applyShard)(void **),
             const float *gradSlice = nullptr);
 
+  /// ZeRO stage 3 (sec. 5.3, P_os+g+p): from now on this rank also keeps
+  /// its slice of the flat parameter vector (sliceElements floats, counted
+  /// like the state) and step() updates it in place of whole parameters:
+  /// no all-gather after the step, the step's parameters are gathered where
+  /// it reads them (gatherParameter).
+  void enableParameterSlice();
+  bool hasParameterSlice() const { return paramSlice != nullptr; }
+  /// This rank's slice from whole parameters `full` (TrainABI order) that
+  /// every rank holds (the compiled initial values). Local.
+  void setParameters(const std::vector<const float *> &full);
+  /// This rank's slice from rank 0's whole parameters `full` (a
+  /// checkpoint's; only rank 0 reads it). Collective.
+  void scatterParameters(const std::vector<std::vector<float>> &full);
+  /// Parameter `index` whole into `dst` (numels[index] floats), from every
+  /// rank's slice, in all-gathers of at most the gather buffer. Collective.
+  void gatherParameter(int64_t index, float *dst);
+  /// Every parameter whole, on every rank (--save, checkpoints): `out`
+  /// gets numels[i] floats per parameter, outside the counted memory.
+  void gatherParameters(std::vector<std::vector<float>> &out);
+
   /// The whole state, in TrainABI order (parameter i, slot s at
   /// [i * slots + s], numels[i] floats), into `out` on rank 0; `out` is
   /// left empty elsewhere. Collective.
@@ -79,6 +99,9 @@ private:
                 int64_t n, float *dst) const;
   void unpackFlat(const float *src, int64_t begin, int64_t n,
                   const std::vector<float *> &tensors) const;
+  /// Rank 0's whole tensors `src` (flat layout) into this rank's `slice`
+  /// floats at `dst`, broadcast piece by piece. Collective.
+  void scatterFlat(const std::vector<const float *> &src, float *dst);
 
   std::vector<int64_t> numels, offsets;
   int slots;
@@ -89,6 +112,8 @@ private:
   std::vector<float *> state, newState;
   float *paramChunk = nullptr, *gradChunk = nullptr;
   float *send = nullptr, *recv = nullptr;
+  /// ZeRO stage 3: this rank's slice of the parameters.
+  float *paramSlice = nullptr;
 };
 
 /// ZeRO stage 2 (sec. 5.2, P_os+g): rank r keeps the summed gradients of
@@ -156,6 +181,10 @@ private:
 /// refuses): from now on every ddpc_train_micro call reduce-scatters its
 /// buckets into `grads` (nullptr: back to allreduce buckets).
 void setGradientShard(ZeroGradients *grads);
+
+/// ZeRO stage 3: ddpc_rt_param_gather_f32 gathers from `shard`'s parameter
+/// slices (nullptr: the call ends the job).
+void setParameterShard(ZeroStage1 *shard);
 
 } // namespace runtime
 } // namespace ddpc

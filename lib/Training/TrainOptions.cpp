@@ -70,9 +70,9 @@ std::string TrainOptions::validate() const {
                        "number of MiB, got ") +
            got;
   }
-  if (zeroStage < 0 || zeroStage > 2)
+  if (zeroStage < 0 || zeroStage > 3)
     return bad("--zero-stage", "zero_stage", static_cast<double>(zeroStage),
-               "0, 1 or 2");
+               "0, 1, 2 or 3");
   return "";
 }
 

@@ -167,6 +167,17 @@ void markHostShared(func::FuncOp f, unsigned args, unsigned results) {
     f.setResultAttr(i, attrs::kHostShared, unit);
 }
 
+/// ZeRO stage 3: the first `params` arguments of `f` are parameters that
+/// ddpc-gather-parameters all-gathers where `f` reads them.
+void markGatheredParams(func::FuncOp f, unsigned params,
+                        const TrainOptions &opts) {
+  if (opts.zeroStage < 3)
+    return;
+  auto role = StringAttr::get(f.getContext(), "param");
+  for (unsigned i = 0; i < params; ++i)
+    f.setArgAttr(i, attrs::kRole, role);
+}
+
 /// The step functions' names for the data arguments: "data" for a single
 /// data input, "data.<input name>" for each of several.
 void appendDataNames(SmallVectorImpl<std::string> &names,
@@ -501,6 +512,7 @@ LogicalResult buildTrainMicro(OpBuilder &b, Location loc, func::FuncOp fwdTrain,
       fn.setArgAttr(P + NB + j, attrs::kRole, fb.getStringAttr("grad_acc"));
     fn.setResultAttr(NB + j, attrs::kRole, fb.getStringAttr("new_grad_acc"));
   }
+  markGatheredParams(fn, P, opts);
   SmallVector<std::string> argNames, resNames;
   for (const auto &s : info.params)
     argNames.push_back(s.name);
@@ -715,6 +727,7 @@ void buildEval(OpBuilder &b, Location loc, func::FuncOp fwdEval,
   argNames.push_back("labels");
   setNames(fn, argNames, {"sample_loss", "sample_correct"});
   markHostShared(fn, 0, /*sample_loss, sample_correct*/ 2);
+  markGatheredParams(fn, P, opts);
 }
 
 } // namespace

@@ -117,10 +117,11 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
             ``"512MiB"``, ``"100KiB"``; a memory plan whose predicted peak
             exceeds it raises CompileError, whose message gives the peak,
             its largest categories and the smallest feasible budget),
-            ``zero_stage`` (0, 1, 2 or ``"auto"``; None: ``"auto"`` with a
-            ``memory_budget``, else 0), ``world_size`` (training: the ranks
-            the memory plan is for; the program refuses another; None:
-            any; ``"auto"`` considers stages 1 and 2 only with it),
+            ``zero_stage`` (0, 1, 2, 3 (cpu target) or ``"auto"``; None:
+            ``"auto"`` with a ``memory_budget``, else 0), ``world_size``
+            (training: the ranks the memory plan is for; the program
+            refuses another; None: any; ``"auto"`` considers stages 1 to 3
+            only with it),
             ``remat`` (``"auto"``: when no stage fits ``memory_budget``,
             the backward pass recomputes activations until the plan fits,
             listed in ``report()["memory_plan"]["remat"]``; ``"off"``: every
@@ -148,7 +149,7 @@ def compile(  # noqa: A001 - the package's main entry point shadows a builtin
     if ws is not None and (isinstance(ws, bool) or not isinstance(ws, int)):
         raise TypeError(f"world_size= must be an int or None, got {ws!r}")
     if opts["zero_stage"] == "":
-        raise ValueError('zero_stage="" is empty: give 0, 1, 2, "auto" or None')
+        raise ValueError('zero_stage="" is empty: give 0, 1, 2, 3, "auto" or None')
     if train is not None and not isinstance(train, TrainConfig):
         if isinstance(train, Mapping):
             train = TrainConfig(**train)

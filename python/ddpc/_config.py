@@ -228,7 +228,7 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "cuda_arch": None,  # target="cuda": e.g. "sm_80,sm_90" (CLI: --cuda-arch)
     "runtime_checks": True,  # run-time index and division checks (CLI: --no-runtime-checks)
     "precision": "fp32",  # float32 contraction math: fp32, or tf32 on CUDA (CLI: --precision)
-    "zero_stage": None,  # ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too) or "auto"; None: auto with memory_budget, else 0 (CLI: --zero-stage)
+    "zero_stage": None,  # ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too), 3 (parameters too; cpu) or "auto"; None: auto with memory_budget, else 0 (CLI: --zero-stage)
     "world_size": None,  # ranks the memory plan is for; the program refuses others (CLI: --world-size)
     "remat": None,  # rematerialization: "auto" (backward recomputes activations when no ZeRO stage fits memory_budget) or "off"; None: auto with memory_budget, else off (CLI: --remat)
     "memory_budget": None,  # per-rank bytes, e.g. "4GiB", 512 * 2**20 (CLI: --memory-budget)

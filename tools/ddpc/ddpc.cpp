@@ -263,11 +263,13 @@ static cl::opt<std::string> zeroStage(
              "rank keeps and updates 1/world-size of the optimizer state, "
              "then the parameters are all-gathered), 2 (also the "
              "gradients: each bucket is reduce-scattered and a rank keeps "
-             "the sum of its slice only); 1 and 2 on the cpu and "
-             "cuda-emulate targets; or auto (the lowest of 0, 1 and 2 whose "
-             "memory plan fits --memory-budget; stages 1 and 2 need "
-             "--world-size, 2 not on the cuda target). "
-             "Default: auto with --memory-budget, else 0. 3 is planned"),
+             "the sum of its slice only), 3 (also the parameters: each is "
+             "all-gathered right before forward reads it and again before "
+             "backward does, and freed after; cpu target only); 1 and 2 on "
+             "the cpu and cuda-emulate targets; or auto (the lowest stage "
+             "whose memory plan fits --memory-budget; stages 1 to 3 need "
+             "--world-size, 2 not on the cuda target, 3 on cpu only). "
+             "Default: auto with --memory-budget, else 0"),
     cl::sub(compileCmd), cl::cat(trainCategory));
 static cl::opt<int64_t> worldSize(
     "world-size",

@@ -9,8 +9,9 @@
 // the bufferized IR (BufferLiveness; on the CUDA target and cuda-emulate
 // the arena that ddpc-plan-arena placed them in). The runtime counts its
 // allocations (Runtime/Memory.h countAllocation) and prints its high-water
-// mark at exit beside this plan's peak. ZeRO stages 1 and 2 change the
-// optimizer-state, gradient and collective-buffer categories
+// mark at exit beside this plan's peak. ZeRO stages 1 to 3 change the
+// optimizer-state, gradient, collective-buffer and (stage 3) parameter
+// categories
 // (Support/ZeroLayout.h); ddpc-rematerialize lowers the saved
 // activations (Analysis/RematSolver.h chooses which).
 //
@@ -57,14 +58,16 @@ struct RuntimeFootprint {
   /// The world size the plan is for (`--world-size`); 0: not known, so
   /// the bucket staging is counted and ZeRO's state is counted whole.
   int64_t worldSize = 0;
-  /// ZeRO stage (0 or 1) and stage 1's chunk of float32 elements: with a
+  /// ZeRO stage (0 to 3) and stage 1's chunk of float32 elements: with a
   /// known world size, stage 1's optimizer state is one rank's slice and
   /// buffers (Support/ZeroLayout.h) in place of the whole state.
   int64_t zeroStage = 0, zeroChunk = 4096;
   /// ZeRO stage 2: the gradient buckets (parameter indices, bucket order;
   /// TrainingProgramInfo::zeroBuckets). The gradients are then one rank's
   /// slice and the collective buffers those of the buckets in flight
-  /// (Support/ZeroLayout.h), at the world size (1 when not known).
+  /// (Support/ZeroLayout.h), at the world size (1 when not known). Stage 3
+  /// also counts one parameter slice in place of the parameters' two
+  /// halves; the gathered parameters are @train_micro's temporaries.
   std::vector<std::vector<int32_t>> zeroBuckets;
 };
 

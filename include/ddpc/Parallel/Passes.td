@@ -71,6 +71,39 @@ def BucketGradientAllReducePass : Pass<"ddpc-bucket-gradient-allreduce", "mlir::
   ];
 }
 
+def GatherParametersPass : Pass<"ddpc-gather-parameters", "mlir::ModuleOp"> {
+  let summary = "ZeRO stage 3: all-gather each parameter before its uses in forward and again in backward, and free it after";
+  let description = [{
+    `ddpc-gather-parameters` (module; bufferized IR, after
+    ddpc-bucket-gradient-allreduce; the CPU target). ZeRO stage 3
+    (Rajbhandari et al., SC'20, sec. 5.3, P_os+g+p): a rank keeps only its
+    slice of the parameters, so @train_micro and @eval must assemble each
+    parameter where they read it. For every argument marked `ddpc.role =
+    "param"` (a dense static float32 memref; index k among them, TrainABI
+    order) the pass splits its uses into segments: the uses before
+    backward (the first contraction or loop nest of the entry block whose
+    location names no ONNX node) and the uses in backward. Before a
+    segment's first use it inserts
+      %g = memref.alloc() {alignment = 64}
+      func.call @ddpc_rt_param_gather_f32(ptr(%g), k : i64)
+          {ddpc.collective = "all_gather_param", ddpc.bytes, ddpc.params}
+    which fills %g with the whole parameter from every rank's slice
+    (TrainABI.h; collective, blocking), makes the segment's uses read %g,
+    and frees %g after the segment's last use (through views). A view that
+    lives from forward into backward keeps one segment. The argument is left
+    unused; the runtime passes no buffer for it. So a parameter is whole
+    only while forward or backward reads it, and the arena plans the
+    gathered buffers like any temporary. Fails when a parameter argument is
+    not a dense static float32 memref.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect",
+    "mlir::func::FuncDialect",
+    "mlir::LLVM::LLVMDialect",
+    "mlir::memref::MemRefDialect"
+  ];
+}
+
 def LowerCollectivesPass : Pass<"ddpc-lower-collectives", "mlir::ModuleOp"> {
   let summary = "Lower shard collectives over the world grid to calls of the ddpc runtime";
   let description = [{

@@ -35,6 +35,9 @@ struct CPUPipelineOptions {
   /// ZeRO stage 2: the training step's gradients leave it only through the
   /// buckets (ddpc-bucket-gradient-allreduce's shard-gradients).
   bool shardGradients = false;
+  /// ZeRO stage 3: parameters are all-gathered where the step reads them
+  /// (ddpc-gather-parameters); implies shardGradients.
+  bool gatherParameters = false;
   /// Free each temporary right after its last use (ddpc-free-at-last-use)
   /// instead of at the end of its function.
   bool freeAtLastUse = true;

@@ -164,6 +164,14 @@ void ddpc_rt_bucket_add_f32(float *data, int64_t count);
 void ddpc_rt_bucket_allreduce_start(int64_t bucket);
 void ddpc_rt_bucket_allreduce_wait(void);
 
+/// ZeRO stage 3 (ddpc-gather-parameters): ddpc_train_micro and ddpc_eval
+/// receive no parameter buffers; before the step reads parameter `index`
+/// (TrainABI order) in forward, and again in backward, it calls this to
+/// fill `data` (the parameter's numel floats) from every rank's slice.
+/// Collective (every rank makes the same calls); CPU runtime only. Never
+/// returns on failure.
+void ddpc_rt_param_gather_f32(float *data, int64_t index);
+
 #ifdef __cplusplus
 } // extern "C"
 #endif

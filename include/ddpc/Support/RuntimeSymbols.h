@@ -52,6 +52,11 @@ constexpr llvm::StringLiteral kBucketWaitFn = "ddpc_rt_bucket_allreduce_wait";
 constexpr llvm::StringLiteral kBucketFns[] = {kBucketAddFn, kBucketStartFn,
                                               kBucketWaitFn};
 
+/// ZeRO stage 3 (ddpc-gather-parameters, TrainABI.h): all-gathers parameter
+/// `index` (i64, TrainABI order) from the ranks' slices into the float32
+/// buffer at `ptr` (its numel elements). Collective; CPU runtime only.
+constexpr llvm::StringLiteral kParamGatherFn = "ddpc_rt_param_gather_f32";
+
 /// Copies the device-constant table to the GPU (ddpc-device-constants).
 constexpr llvm::StringLiteral kDeviceConstantsFn = "ddpc_device_constants";
 
@@ -175,6 +180,10 @@ constexpr llvm::StringLiteral kGlueMemoryPlanOptimizer =
 /// and the collective buffers with its own at the world size it runs at.
 constexpr llvm::StringLiteral kGlueMemoryPlanGradients =
     "ddpc_memory_plan_gradients";
+/// The plan's parameter bytes: at ZeRO stage 3 the runtime replaces them
+/// with its parameter slice at the world size it runs at.
+constexpr llvm::StringLiteral kGlueMemoryPlanParameters =
+    "ddpc_memory_plan_parameters";
 /// Training programs: the world size the memory plan is for (const int64_t,
 /// `--world-size`; 0: any). The runtime refuses to run on another.
 constexpr llvm::StringLiteral kGlueMemoryPlanWorldSize =

@@ -125,6 +125,18 @@ zeroStage2GradientBytes(const std::vector<int64_t> &numels,
   return floats(l.slice) + z.slots * (floats(z.maxBucket) + floats(z.maxPart));
 }
 
+/// Bytes one rank allocates at ZeRO stage 3 (sec. 5.3, P_os+g+p) for the
+/// parameters: its slice of the flat parameter vector (slice floats,
+/// rounded up to `alignment`). The gathers reuse stage 1's buffers; the
+/// whole parameters the step gathers are its temporaries.
+inline int64_t zeroStage3ParameterBytes(const std::vector<int64_t> &numels,
+                                        int64_t chunk, int64_t world,
+                                        int64_t alignment) {
+  ZeroLayout l = zeroLayout(numels, chunk, world);
+  int64_t bytes = std::max<int64_t>(l.slice * int64_t(sizeof(float)), 1);
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
 } // namespace ddpc
 
 #endif // DDPC_SUPPORT_ZEROLAYOUT_H

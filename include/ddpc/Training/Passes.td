@@ -64,7 +64,7 @@ def BuildTrainingStepPass : Pass<"ddpc-build-training-step", "mlir::ModuleOp"> {
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
     Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
     Option<"zeroStage", "zero-stage", "int64_t", /*default=*/"0",
-           "ZeRO stage: 0; 1 (also build @apply_shard, the optimizer on one flat chunk of a rank's slice); 2 (also no gradient accumulators in @train_micro: its gradients leave through the buckets)">
+           "ZeRO stage: 0; 1 (also build @apply_shard, the optimizer on one flat chunk of a rank's slice); 2 (also no gradient accumulators in @train_micro: its gradients leave through the buckets); 3 (as 2; the parameters are gathered by ddpc-gather-parameters)">
   ];
 }
 
