@@ -108,6 +108,19 @@ public:
     return memoryPlan && memoryPlan->peak < std::min(p.stage0, p.stage1);
   }
   bool hasPlan() const { return memoryPlan.has_value(); }
+  /// ZeRO stage 3: the all-gathers of each parameter in @train_micro.
+  std::map<std::string, int> gathers;
+  /// Each parameter's name and float32 bytes (after synthesis).
+  std::vector<std::pair<std::string, int64_t>> paramBytes() const {
+    std::vector<std::pair<std::string, int64_t>> out;
+    for (const auto &p : trainInfo.params) {
+      int64_t n = 4;
+      for (int64_t d : p.shape)
+        n *= d;
+      out.push_back({p.name, n});
+    }
+    return out;
+  }
   /// The planned peak, formatted.
   std::string plannedPeak() const { return formatBytes(memoryPlan->peak); }
   /// CompileResult::reportJSON: the plan as far as the stages got.
@@ -220,6 +233,7 @@ int Compilation::run(const std::string &modelBytes) {
             : options.train.bucketCapMB;
     pipeline.shardGradients = zeroStage == 2 || zeroStage == 3;
     pipeline.gatherParameters = zeroStage == 3;
+    pipeline.keepGathered = options.keepGathered;
   }
   if (!runPhase("fused", [&](OpPassManager &pm) {
         buildGraphOptimizationPipeline(pm, pipeline);
@@ -562,6 +576,15 @@ int Compilation::planMemory() {
                            .getAsRange<StringAttr>())
         members.push_back(index.at(name.str()));
     });
+    // ZeRO stage 3: how often @train_micro gathers each parameter.
+    module->walk([&](func::CallOp call) {
+      auto kind = call->getAttrOfType<StringAttr>(attrs::kCollective);
+      auto names = call->getAttrOfType<ArrayAttr>(attrs::kParams);
+      if (kind && names && kind.getValue() == "all_gather_param" &&
+          call->getParentOfType<func::FuncOp>().getSymName() == kTrainMicroFunc)
+        for (auto name : names.getAsRange<StringAttr>())
+          ++gathers[name.str()];
+    });
     trainInfo.zeroBuckets.clear();
     for (auto &[b, members] : buckets)
       trainInfo.zeroBuckets.push_back(std::move(members));
@@ -716,6 +739,21 @@ int Compilation::planMemory() {
                    "above --memory-budget, so --remat auto recomputes "
                    "activations at this stage";
   }
+  if (zeroStage == 3 && !options.keepGathered.empty()) {
+    int64_t bytes = 0;
+    for (const auto &[name, b] : paramBytes())
+      if (llvm::is_contained(options.keepGathered, name))
+        bytes += b;
+    size_t n = options.keepGathered.size();
+    zeroChoice += (zeroChoice.empty() ? "stage 3" : "") + std::string("; ") +
+                  std::to_string(n) +
+                  (n == 1 ? " parameter (" : " parameters (") +
+                  formatBytes(bytes) + (n == 1 ? ") stays" : ") stay") +
+                  " gathered from forward into backward within the budget, "
+                  "so backward all-gathers " +
+                  formatBytes(bytes) + " less per micro-batch";
+    report.keptGathered = options.keepGathered;
+  }
   trainInfo.zeroStage = zeroStage; // the glue's ddpc_zero_stage
   report.memory = memoryPlan;
   report.zeroStage = zeroStage;
@@ -858,6 +896,9 @@ struct Attempt {
   std::vector<SavedActivation> saved;
   std::map<std::string, int64_t> nodeFlops;
   RematGraph graph;
+  std::vector<std::pair<std::string, int64_t>> params; // name, bytes
+  std::optional<Compilation::AutoPeaks> autoPeaks;     // auto's stage 3
+  std::map<std::string, int> gathers;                  // stage 3: per parameter
 };
 
 void keep(Attempt &a, const Compilation &c, std::string error, int status,
@@ -871,6 +912,9 @@ void keep(Attempt &a, const Compilation &c, std::string error, int status,
   a.stage = c.stage();
   a.nodeFlops = c.nodeFlops;
   a.graph = c.rematGraph;
+  a.params = c.paramBytes();
+  a.autoPeaks = c.autoTriedStage2;
+  a.gathers = c.gathers;
   if (a.hasPlan) {
     a.peak = c.plan()->peak;
     a.saved = c.plan()->saved;
@@ -977,6 +1021,44 @@ int compile(const CompileOptions &options, std::string &error,
       *result = std::move(done.result);
     return done.status;
   };
+  // ZeRO stage 3 under a budget: the plan's headroom keeps the largest
+  // parameters whole from forward into backward, each sparing backward its
+  // all-gather (DeepCompile's selective unsharding, decided here once).
+  if (a.status == kCompileOk && a.stage == 3 && a.budget > 0 &&
+      a.peak < a.budget && options.keepGathered.empty()) {
+    auto params = a.params;
+    llvm::stable_sort(params, [](const auto &x, const auto &y) {
+      return x.second > y.second;
+    });
+    CompileOptions kept = options;
+    kept.zeroStage = "3";
+    int64_t room = a.budget - a.peak;
+    // Only a parameter that backward gathers again gains.
+    for (const auto &[name, bytes] : params)
+      if (bytes > 0 && bytes <= room && a.gathers[name] > 1) {
+        kept.keepGathered.push_back(name);
+        room -= bytes;
+      }
+    if (!kept.keepGathered.empty()) {
+      if (options.verbose)
+        llvm::errs() << "ddpc: ZeRO stage 3: compiling again with "
+                     << kept.keepGathered.size()
+                     << " parameters kept gathered into backward\n";
+      std::string keptError;
+      CompileResult keptResult;
+      Compilation c(kept, keptError, &keptResult);
+      if (a.autoPeaks)
+        c.autoTriedStage2 = a.autoPeaks;
+      int status = c.run(modelBytes);
+      c.writeReport();
+      // A plan the estimate pushed over the budget keeps the first program.
+      if (status == kCompileOk) {
+        Attempt k;
+        keep(k, c, keptError, status, std::move(keptResult));
+        return finish(k);
+      }
+    }
+  }
   bool rematAuto = options.remat == "auto" ||
                    (options.remat.empty() && !options.memoryBudget.empty());
   if (a.status == kCompileOk || !rematAuto || !a.overBudget ||

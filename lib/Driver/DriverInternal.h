@@ -192,6 +192,8 @@ struct CompileReport {
   };
   std::string rematChoice;
   std::vector<Recomputed> recomputed;
+  /// ZeRO stage 3: the parameters kept whole from forward into backward.
+  std::vector<std::string> keptGathered;
   /// Why the plan is incomplete (--emit=mlir), or empty.
   std::string partial;
 

@@ -324,6 +324,12 @@ std::string CompileReport::toJSON() const {
     plan["world_size"] = memory->worldSize;
     if (!zeroChoice.empty())
       plan["zero_choice"] = zeroChoice;
+    if (!keptGathered.empty()) {
+      llvm::json::Array names;
+      for (const std::string &n : keptGathered)
+        names.push_back(n);
+      plan["kept_gathered"] = std::move(names);
+    }
     if (!rematChoice.empty() || !recomputed.empty()) {
       llvm::json::Array list;
       for (const Recomputed &r : recomputed)

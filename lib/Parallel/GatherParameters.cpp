@@ -58,6 +58,8 @@ unsigned lastUse(Value v, Block &entry,
 
 struct GatherParametersPass
     : impl::GatherParametersPassBase<GatherParametersPass> {
+  using GatherParametersPassBase::GatherParametersPassBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     for (StringRef name : {kTrainMicroFunc, kEvalFunc})
@@ -121,11 +123,16 @@ struct GatherParametersPass
       llvm::stable_sort(
           uses, [](const Use &a, const Use &c) { return a.first < c.first; });
       // Segments: the forward uses, then the backward ones; a view that
-      // lives into backward keeps its segment gathered until its last use.
+      // lives into backward keeps its segment gathered until its last use,
+      // and so does a parameter to keep gathered.
+      auto name =
+          f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attrs::kName);
+      bool keep = name && llvm::is_contained(keepGathered, name.getValue());
       SmallVector<std::pair<size_t, size_t>> segments; // [begin, end)
       unsigned segmentLast = 0;
       for (size_t i = 0; i < uses.size(); ++i) {
-        bool newPhase = !segments.empty() && uses[i].first >= boundary &&
+        bool newPhase = !keep && !segments.empty() &&
+                        uses[i].first >= boundary &&
                         uses[segments.back().first].first < boundary &&
                         uses[i].first > segmentLast;
         if (segments.empty() || newPhase) {
@@ -153,9 +160,8 @@ struct GatherParametersPass
                                  ValueRange{ptr, args.integer(index, 64)});
         call->setAttr(attrs::kCollective, b.getStringAttr("all_gather_param"));
         call->setAttr(attrs::kBytes, b.getI64IntegerAttr(staticBytes(type)));
-        if (auto n = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                    attrs::kName))
-          call->setAttr(attrs::kParams, b.getArrayAttr({n}));
+        if (name)
+          call->setAttr(attrs::kParams, b.getArrayAttr({name}));
         for (size_t i = begin; i < end; ++i)
           uses[i].operand->set(alloc.getResult());
         b.setInsertionPointAfter(ops[last - 1]);

@@ -87,8 +87,12 @@ void buildBufferizationPipeline(OpPassManager &pm,
   buckets.bucketCapMB = options.bucketCapMB;
   buckets.shardGradients = options.shardGradients;
   pm.addPass(createBucketGradientAllReducePass(buckets));
-  if (options.gatherParameters)
-    pm.addPass(createGatherParametersPass());
+  if (options.gatherParameters) {
+    GatherParametersPassOptions gather;
+    gather.keepGathered.assign(options.keepGathered.begin(),
+                               options.keepGathered.end());
+    pm.addPass(createGatherParametersPass(gather));
+  }
 }
 
 /// The math lowering both targets share: exact log1p, libm for the rest.

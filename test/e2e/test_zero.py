@@ -353,6 +353,57 @@ def test_stage3_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
     assert peaks[2] - peaks[3] >= stage2 - stage3, (peaks, stage2, stage3)
 
 
+def test_stage3_keeps_parameters_gathered_within_the_budget(ddpc, tmp_path):
+    """Under a budget with room above stage 3's plan, the compiler keeps the
+    largest parameters that backward gathers again whole from forward into
+    backward: fewer all-gathers, a plan and a measured peak within the
+    budget, and the weights of stage 0."""
+    ranks = 3
+    inits = _deep_mlp(tmp_path / "m.onnx")
+    flags = ["--bucket-cap-mb", "0.06", "--world-size", ranks]
+    proc3, p3 = _plan(ddpc, tmp_path, tmp_path / "p3", "--zero-stage", 3, *flags)
+    gathers3 = [
+        c
+        for c in json.loads(proc3.stdout)["collectives"]
+        if c["op"] == "all_gather_param"
+    ]
+    layer = 4 * _largest_layer(inits)
+    budget = p3["peak_bytes"] + 2 * layer + layer // 2
+    proc, plan = _plan(
+        ddpc, tmp_path, tmp_path / "t", "--memory-budget", budget, *flags
+    )
+    assert plan is not None, proc.stderr
+    assert plan["zero_stage"] == 3, plan
+    kept = plan["kept_gathered"]
+    # Largest first: two of the 128 x 128 weights, then what still fits.
+    assert sum(inits[k].size == 128 * 128 for k in kept) == 2, kept
+    assert sum(4 * inits[k].size for k in kept) <= budget - p3["peak_bytes"]
+    assert "stay gathered from forward into backward" in plan["zero_choice"]
+    assert plan["peak_bytes"] <= budget
+    gathers = [
+        c
+        for c in json.loads(proc.stdout)["collectives"]
+        if c["op"] == "all_gather_param"
+    ]
+    assert len(gathers) == len(gathers3) - len(kept), (gathers, gathers3)
+    x, y = data(STEPS * BATCH * ranks, shape=(128,))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    log = tmp_path / "log.jsonl"
+    save = tmp_path / "kept.onnx"
+    common = ["--epochs", "1", "--no-shuffle"]
+    run_train(
+        tmp_path / "t", tmp_path, ranks, *common, "--log-json", log, "--save", save
+    )
+    last = [json.loads(l) for l in open(log)][-1]
+    assert last["peak_memory_bytes"] <= budget, (last, budget)
+    p0 = compile_train(
+        ddpc, tmp_path / "m.onnx", tmp_path / "p0", BATCH, "--optimizer", "adamw"
+    )
+    run_train(p0, tmp_path, ranks, *common, "--save", tmp_path / "s0.onnx")
+    assert_close_weights(weights(save), weights(tmp_path / "s0.onnx"), rtol=1e-5)
+
+
 @pytest.mark.parametrize("stage", [2, 3])
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_stage_plan_without_world_size(ddpc, tmp_path, ranks, stage):

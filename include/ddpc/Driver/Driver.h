@@ -67,7 +67,7 @@ struct CompileOptions {
   /// "1" (ZeRO stage 1, the optimizer state sharded over the ranks), "2"
   /// (the gradients too; CPU and cuda-emulate targets), "auto" (the lowest
   /// stage whose memory plan fits --memory-budget), empty (auto with a
-  /// budget, else 0); 3 is refused as planned. `--remat`: "off" (every
+  /// budget, else 0; 3 on the cpu target). `--remat`: "off" (every
   /// saved activation is kept), "auto" (when no stage fits the budget,
   /// recompute activations in backward until one does), empty (auto with
   /// a budget, else off).
@@ -75,6 +75,9 @@ struct CompileOptions {
   /// Hidden `--remat-nodes`: ONNX nodes whose activations backward
   /// recomputes, whatever the budget (tests and benchmarks).
   std::vector<std::string> rematNodes;
+  /// ZeRO stage 3: parameters gathered once per micro-batch and kept whole
+  /// from forward into backward (compile() picks them under a budget).
+  std::vector<std::string> keepGathered;
   /// `--world-size` (training programs): the ranks the memory plan is for
   /// (ZeRO stage 1 counts 1/N of the optimizer state; the program refuses
   /// another world size); 0: any, the plan counts the state whole.

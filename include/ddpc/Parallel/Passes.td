@@ -93,14 +93,22 @@ def GatherParametersPass : Pass<"ddpc-gather-parameters", "mlir::ModuleOp"> {
     lives from forward into backward keeps one segment. The argument is left
     unused; the runtime passes no buffer for it. So a parameter is whole
     only while forward or backward reads it, and the arena plans the
-    gathered buffers like any temporary. Fails when a parameter argument is
-    not a dense static float32 memref.
+    gathered buffers like any temporary. A parameter named in
+    `keep-gathered` gets one segment from its first use to its last, so it
+    is gathered once per call and stays whole from forward into backward
+    (less communication, more memory; the driver picks these under
+    --memory-budget). Fails when a parameter argument is not a dense static
+    float32 memref.
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect",
     "mlir::func::FuncDialect",
     "mlir::LLVM::LLVMDialect",
     "mlir::memref::MemRefDialect"
+  ];
+  let options = [
+    ListOption<"keepGathered", "keep-gathered", "std::string",
+               "Parameters (ddpc.name) gathered once per call and kept whole from forward into backward">
   ];
 }
 

@@ -38,6 +38,9 @@ struct CPUPipelineOptions {
   /// ZeRO stage 3: parameters are all-gathered where the step reads them
   /// (ddpc-gather-parameters); implies shardGradients.
   bool gatherParameters = false;
+  /// ZeRO stage 3: parameters kept whole from forward into backward
+  /// (ddpc-gather-parameters' keep-gathered).
+  std::vector<std::string> keepGathered;
   /// Free each temporary right after its last use (ddpc-free-at-last-use)
   /// instead of at the end of its function.
   bool freeAtLastUse = true;
