@@ -13,6 +13,7 @@
 #include "ddpc/Analysis/RematGraph.h"
 #include "ddpc/Dialect/DDPC/IR/DDPCDialect.h"
 #include "ddpc/Support/RuntimeSymbols.h"
+#include "ddpc/Support/ZeroLayout.h"
 #include "ddpc/Target/CUDA/Transforms/Passes.h"
 #include "ddpc/Training/Passes.h"
 
@@ -782,9 +783,12 @@ int Compilation::planMemory() {
              return smaller;
            }())
     hint = "; ZeRO stage 1 shards the " + formatBytes(plan.optimizerState) +
-           " of optimizer state over the ranks: add --zero-stage 1 (or "
-           "auto)" +
-           std::string(N ? "" : " with --world-size N");
+           " of optimizer state over the ranks: " +
+           (options.zeroStage == "auto" || options.zeroStage.empty()
+                ? std::string("give --world-size N so that --zero-stage auto "
+                              "considers it")
+                : "add --zero-stage 1 (or auto)" +
+                      std::string(N ? "" : " with --world-size N"));
   else if (plan.zeroStage >= 1 && !N) {
     // Only where more ranks shrink it: for a small model the slices' chunk
     // and gather buffers outweigh the state.
@@ -792,10 +796,29 @@ int Compilation::planMemory() {
     if (planAt(plan.zeroStage).peak < plan.peak)
       hint = "; give --world-size N so that the plan counts each rank's "
              "1/N of the optimizer state" +
-             std::string(plan.zeroStage >= 2 ? " and gradients" : "");
+             std::string(plan.zeroStage >= 3   ? ", gradients and parameters"
+                         : plan.zeroStage >= 2 ? " and gradients"
+                                               : "");
     else
       hint = "; more ranks do not shrink it (each rank's slice is at least "
              "one chunk of 4096 floats, with its buffers)";
+  }
+  // Stage 3 helps only where one slice and the largest parameter gathered
+  // whole weigh less than the parameters' two halves.
+  std::string stage3Hint;
+  if (plan.zeroStage < 3 && options.target == "cpu" &&
+      options.zeroStage != "auto" && !options.zeroStage.empty()) {
+    std::vector<int64_t> numels;
+    int64_t largest = 0;
+    for (const auto &[name, bytes] : paramBytes()) {
+      numels.push_back(bytes / 4);
+      largest = std::max(largest, bytes);
+    }
+    if (zeroStage3ParameterBytes(numels, rt.zeroChunk, std::max<int64_t>(N, 2),
+                                 rt.bufferAlignment) +
+            largest <
+        plan.parameters)
+      stage3Hint = "; --zero-stage 3 shards the parameters too";
   }
   std::string rematDone =
       remat ? " with " + std::to_string(remat->recomputed.size()) +
@@ -807,11 +830,7 @@ int Compilation::planMemory() {
           : "";
   error = "--memory-budget " + size(memoryBudget, plan.peak) +
           " is below the predicted peak of " + size(plan.peak, memoryBudget) +
-          " per rank" + at + rematDone + where + hint + rematHint +
-          (plan.zeroStage < 3 && options.target == "cpu" &&
-                   options.zeroStage != "auto" && !options.zeroStage.empty()
-               ? "; --zero-stage 3 shards the parameters too"
-               : "") +
+          " per rank" + at + rematDone + where + hint + rematHint + stage3Hint +
           "; use a smaller --batch-size or a --memory-budget of at least " +
           std::to_string(plan.peak) + " bytes (" + formatBytes(plan.peak) + ")";
   return kCompileError;

@@ -175,7 +175,9 @@ int checkMemoryStrategy(const CompileOptions &options, int64_t &zeroStage,
     } else if (z == "3" && options.target != "cpu") {
       // The parameter all-gathers run inside the step on the host runtime.
       error = "--zero-stage 3 is implemented for --target cpu, not yet for " +
-              options.target + "; use --zero-stage 2 (cuda-emulate) or 0";
+              options.target + "; use --target cpu, or " +
+              (options.target == "cuda" ? "--zero-stage 0"
+                                        : "--zero-stage 2 or lower");
       return kCompileUnsupported;
     } else if (options.target == "cuda") {
       error = "--zero-stage " + z +

@@ -1600,10 +1600,18 @@ struct TrainRun {
     std::vector<int64_t> mine;
     for (int64_t i = rank; i < val.n; i += world)
       mine.push_back(i);
-    for (size_t start = 0; start < mine.size(); start += B) {
-      int64_t valid = std::min<int64_t>(B, mine.size() - start);
+    // ZeRO stage 3: ddpc_eval all-gathers the parameters, so every rank
+    // makes as many calls as rank 0 (the most rows); a call past a rank's
+    // rows runs on row 0 and counts nothing.
+    int64_t perRank = (val.n + world - 1) / world;
+    size_t calls = zeroStage3() ? static_cast<size_t>((perRank + B - 1) / B) * B
+                                : mine.size();
+    for (size_t start = 0; start < calls; start += B) {
+      int64_t valid = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) -
+                                              static_cast<int64_t>(start),
+                                          0, B);
       for (int64_t j = 0; j < B; ++j)
-        gatherRow(val, mine[start + std::min(j, valid - 1)], j,
+        gatherRow(val, valid ? mine[start + std::min(j, valid - 1)] : 0, j,
                   batchPtrs.data());
       size_t a = 0;
       // ZeRO stage 3: ddpc_eval gathers its parameters itself.

@@ -353,6 +353,35 @@ def test_stage3_shrinks_the_measured_peak(ddpc, tmp_path, ranks):
     assert peaks[2] - peaks[3] >= stage2 - stage3, (peaks, stage2, stage3)
 
 
+@pytest.mark.parametrize("val_rows", [13, 2])
+def test_stage3_validation_with_uneven_rows(ddpc, tmp_path, val_rows):
+    """@eval gathers the parameters collectively, so every rank evaluates as
+    many batches as rank 0 even when the validation rows do not split
+    evenly (13 rows on 3 ranks: 5, 4, 4; 2 rows: a rank with none); the
+    validation metrics equal stage 0's."""
+    mlp_model(tmp_path / "m.onnx")
+    x, y = data(2 * BATCH * 3)
+    xv, yv = data(val_rows)
+    for name, arr in [("x", x), ("y", y), ("xv", xv), ("yv", yv)]:
+        np.save(tmp_path / f"{name}.npy", arr)
+    val = ["--val-data", tmp_path / "xv.npy", "--val-labels", tmp_path / "yv.npy"]
+    metrics = {}
+    for stage in (0, 3):
+        prog = compile_train(
+            ddpc,
+            tmp_path / "m.onnx",
+            tmp_path / f"v{stage}",
+            BATCH,
+            "--zero-stage",
+            str(stage),
+        )
+        log = tmp_path / f"v{stage}.jsonl"
+        run_train(prog, tmp_path, 3, "--epochs", "1", *val, "--log-json", log)
+        rec = [json.loads(l) for l in open(log) if "val_loss" in l][-1]
+        metrics[stage] = (rec["val_loss"], rec["val_acc"])
+    assert metrics[3] == pytest.approx(metrics[0], rel=1e-6), metrics
+
+
 def test_stage3_keeps_parameters_gathered_within_the_budget(ddpc, tmp_path):
     """Under a budget with room above stage 3's plan, the compiler keeps the
     largest parameters that backward gathers again whole from forward into
@@ -612,7 +641,7 @@ def test_over_budget_names_stage1_and_exact_bytes(ddpc, tmp_path):
     )
     line = proc.stderr.strip()
     assert proc.returncode == 1 and len(line.splitlines()) == 1, line
-    assert "--zero-stage 1 (or auto) with --world-size N" in line
+    assert "give --world-size N so that --zero-stage auto considers it" in line
     assert f"{peak - 1} bytes" in line and f"at least {peak} bytes" in line
 
 
